@@ -1,0 +1,39 @@
+# Two commands: `make` (install, build the book, grade the example class) and `make test`.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+ASSIGNMENTS := $(notdir $(wildcard solutions/*))
+export PYTHONHASHSEED := 0
+
+.PHONY: all install book exercises grade test bench gpu-check clean
+
+all: book grade
+
+$(BIN)/activate:
+	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required ($(PYTHON) not found)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: requirements.txt | $(BIN)/activate
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+install: $(VENV)/.installed
+
+book: install
+	$(BIN)/jupyter-book build --all -W -n --keep-going .
+
+# Regenerate the learner release exercises/ from the one source, solutions/.
+exercises: install
+	$(PY) -m autograder.release $(ASSIGNMENTS)
+
+# Grade the bundled example class with the real nbgrader and print the gradebook.
+grade: install
+	$(PY) -m autograder.grade_examples $(ASSIGNMENTS)
+
+test: install
+	$(BIN)/pytest tests
+
+clean:
+	rm -rf _build

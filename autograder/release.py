@@ -1,0 +1,47 @@
+"""Generate the learner release `exercises/` from the one source `solutions/` with nbgrader.
+
+`python -m autograder.release ASSIGNMENT...` runs `nbgrader generate_assignment` for each
+assignment, into `exercises/` by default (the committed release) or into `--into DIR`.  The
+gradebook it records the assignment in is the grading one (GRADING_DIR), or a throwaway one.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from . import ROOT
+
+
+def nbgrader(*args: str, grading_dir: Path | None = None, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    """Run an nbgrader command in the course directory (the repository root)."""
+    bindir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
+    if grading_dir is not None:
+        env["GRADING_DIR"] = str(grading_dir)
+    cmd = [os.path.join(bindir, "nbgrader"), *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, check=check, **kw)
+
+
+def generate(assignments: list[str], into: Path | None = None, grading_dir: Path | None = None):
+    with tempfile.TemporaryDirectory(prefix="release-db-") as tmp:
+        for asg in assignments:
+            args = ["generate_assignment", asg, "--force", "--log-level=WARN"]
+            if into is not None:
+                args.append(f"--CourseDirectory.release_directory={into}")
+            nbgrader(*args, grading_dir=grading_dir or Path(tmp), capture_output=False)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("assignments", nargs="+")
+    p.add_argument("--into", type=Path, help="release folder (default: exercises/)")
+    a = p.parse_args()
+    generate(a.assignments, a.into)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The hidden suites: one pytest file per assignment, never released."""

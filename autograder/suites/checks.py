@@ -1,0 +1,105 @@
+"""Checks the hidden suites use.  Each failure raises `Diagnosis`, whose text is what the learner
+reads: it names the misconception, never the test code.  All comparisons happen here, on the
+trusted side, with tensors the worker sent back."""
+from __future__ import annotations
+
+import torch
+
+from autograder.learner import LearnerError
+
+
+class Diagnosis(AssertionError):
+    """A failed check; its message is shown to the learner as it is."""
+
+
+def check(condition, diagnosis: str):
+    if not condition:
+        raise Diagnosis(diagnosis)
+
+
+def tensor(value, what: str, shape=None, dtype=None) -> torch.Tensor:
+    """`value` must be a tensor (of this shape and dtype when given)."""
+    check(isinstance(value, torch.Tensor), f"{what} should be a torch.Tensor, but it is a {type(value).__name__}")
+    if shape is not None:
+        check(tuple(value.shape) == tuple(shape),
+              f"{what} has shape {tuple(value.shape)}, expected {tuple(shape)}")
+    if dtype is not None:
+        check(value.dtype == dtype, f"{what} has dtype {value.dtype}, expected {dtype}")
+    return value
+
+
+def max_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    diff = (a.double() - b.double()).abs()
+    both_nan = torch.isnan(a.double()) & torch.isnan(b.double())
+    diff = torch.where(both_nan, torch.zeros_like(diff), diff)
+    return float(torch.nan_to_num(diff, nan=float("inf")).max()) if diff.numel() else 0.0
+
+
+def close(actual, expected: torch.Tensor, what: str, diagnosis: str = "", baseline: torch.Tensor | None = None,
+          rtol: float | None = None, atol: float | None = None, dtype=None, mistakes: dict | None = None):
+    """`actual` equals the float64 reference `expected` up to the error of a plain computation.
+
+    The allowed error is the larger of a floor for the dtype (torch.testing's defaults) and twice
+    the error that `baseline` -- the same computation done plainly at the learner's precision --
+    makes against the float64 reference, so correct answers written any way pass while wrong
+    ones, whose error is of the order of the values themselves, fail.  `mistakes` maps the
+    diagnosis of a known mistake to what that mistake computes; a match names it.
+    """
+    dtype = dtype or (expected.dtype if expected.dtype != torch.float64 else None)
+    t = tensor(actual, what, shape=expected.shape, dtype=dtype)
+    check(not torch.isnan(t).any() or torch.isnan(expected).any(),
+          f"{what} contains NaN" + (f": {diagnosis}" if diagnosis else ""))
+    precision = t.dtype
+    floor_rtol, floor_atol = {torch.float64: (1e-7, 1e-7), torch.float32: (1.3e-6, 1e-5),
+                              torch.bfloat16: (1.6e-2, 1e-5), torch.float16: (1e-3, 1e-5)}.get(precision, (1e-6, 1e-6))
+    rtol = floor_rtol if rtol is None else rtol
+    atol = floor_atol if atol is None else atol
+    scale = float(expected.double().abs().max()) if expected.numel() else 0.0
+    allowed = atol + rtol * scale
+    if baseline is not None:
+        allowed = max(allowed, 2.0 * max_error(baseline, expected))
+    err = max_error(t, expected)
+    if err > allowed and mistakes:
+        diagnosis = known_mistake(t, mistakes, diagnosis)
+    check(err <= allowed, f"{what} is wrong (largest error {err:.3g}, allowed {allowed:.3g})"
+          + (f": {diagnosis}" if diagnosis else ""))
+
+
+def unchanged(before: list, after: list, what: str):
+    """The learner's call left its input tensors as they were."""
+    for i, (b, a) in enumerate(zip(before, after)):
+        if isinstance(b, torch.Tensor):
+            check(isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b),
+                  f"{what} modifies its input (argument {i + 1}) in place; compute on a copy or out of place")
+
+
+def raises(call, exc: str, diagnosis: str):
+    """`call()` must raise the exception named `exc` in the learner's code."""
+    try:
+        call()
+    except LearnerError as e:
+        check(e.isa(exc), f"{diagnosis} (it raised {e.type} instead of {exc})")
+        return
+    raise Diagnosis(diagnosis)
+
+
+def seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def randn(*shape, seed: int, dtype=torch.float32, scale: float = 1.0) -> torch.Tensor:
+    return (torch.randn(*shape, generator=seeded(seed), dtype=torch.float64) * scale).to(dtype)
+
+
+def same(a, b, atol: float = 1e-4) -> bool:
+    """Whether the learner's `a` equals `b` (used to recognise a known mistake)."""
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
+            and max_error(a, b) <= atol + 1e-4 * float(b.double().abs().max() if b.numel() else 0))
+
+
+def known_mistake(actual, mistakes: dict, default: str) -> str:
+    """The diagnosis of the first known mistake that `actual` reproduces, else `default`."""
+    for diagnosis, wrong in mistakes.items():
+        if same(actual, wrong):
+            return diagnosis
+    return default

@@ -1,0 +1,60 @@
+"""Fixtures of the hidden suites.
+
+`learner`   the proxy for the submission's code, running in a sandboxed worker (one per suite run);
+`reference` the course's own solution code for an assignment, executed here (trusted).
+Each test carries `@pytest.mark.cell("<grade_id>")`, the graded cell it scores, and may carry
+`@pytest.mark.weight(w)`.
+"""
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from autograder.learner import Learner
+from autograder.notebooks import reference_namespace
+
+# Regrading the same submission must give the same grade: examples are derandomized.
+settings.register_profile("grading", max_examples=15, derandomize=True, deadline=None, database=None,
+                          print_blob=False,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                                 HealthCheck.data_too_large])
+settings.load_profile("grading")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cell(grade_id): the graded cell this test scores")
+    config.addinivalue_line("markers", "weight(w): this test's share of its cell's points (default 1)")
+
+
+@pytest.fixture(scope="session")
+def learner():
+    with open(os.environ["GRADER_CELLS"]) as f:
+        cells = json.load(f)
+    proxy = Learner(cells, call_timeout=float(os.environ.get("GRADER_CALL_TIMEOUT", "30")))
+    yield proxy
+    proxy.close()
+
+
+_REFERENCES: dict = {}
+
+
+@pytest.fixture(scope="session")
+def reference():
+    def get(assignment: str) -> SimpleNamespace:
+        if assignment not in _REFERENCES:
+            _REFERENCES[assignment] = SimpleNamespace(**reference_namespace(assignment))
+        return _REFERENCES[assignment]
+    return get
+
+
+@pytest.fixture(autouse=True)
+def _library_use(request):
+    """Record which library versions of the exercise the learner's code called during this test."""
+    proxy = request.getfixturevalue("learner") if "learner" in request.fixturenames else None
+    if proxy is not None:
+        proxy.forbidden_seen = {}
+    yield
+    if proxy is not None and proxy.forbidden_seen:
+        request.node.user_properties.append(("forbidden", dict(proxy.forbidden_seen)))

@@ -1,0 +1,78 @@
+"""Known versions of learners' answers, used to test the hidden suites and to build example classes.
+
+Each assignment has `examples/variants/<assignment>.py` defining `VARIANTS`: correct answers
+written differently from the reference (`Correct`), which must get full marks, and typical
+mistakes (`Bug`), which must lose points in the graded cells they name, with a diagnosis that
+contains the given text, and full marks everywhere else.  A variant replaces the code of some
+solution cells (by grade_id); the other solution cells hold the reference solution.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+import re
+from dataclasses import dataclass, field
+
+import nbformat
+
+from . import ROOT
+from .notebooks import is_solution, nbgrader_meta, read, source_notebook
+
+VARIANTS_DIR = ROOT / "examples" / "variants"
+RELEASE_DIR = ROOT / "exercises"
+_MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
+
+
+@dataclass
+class Correct:
+    name: str
+    cells: dict[str, str]
+    about: str = ""
+
+
+@dataclass
+class Bug:
+    name: str
+    cells: dict[str, str]
+    fails: dict[str, str]           # graded cell id -> text its diagnosis must contain
+    about: str = ""
+    cell_errors: list = field(default_factory=list)
+
+
+def load(assignment: str) -> list:
+    path = VARIANTS_DIR / f"{assignment}.py"
+    spec = importlib.util.spec_from_file_location(f"variants_{assignment}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return list(mod.VARIANTS)
+
+
+def reference_sources(assignment: str) -> dict[str, str]:
+    """grade_id -> the reference code of each solution cell, without the solution markers."""
+    nb = read(source_notebook(assignment))
+    return {nbgrader_meta(c)["grade_id"]: _MARKER.sub("", c.source) for c in nb.cells if is_solution(c)}
+
+
+def submission(assignment: str, cells: dict[str, str] | None = None, answered: bool = True):
+    """A learner's notebook: the released notebook with its solution cells filled in.
+
+    `answered=False` leaves the stubs (an unanswered submission); otherwise each solution cell holds
+    `cells[grade_id]` if given, else the reference code.
+    """
+    nb = read(RELEASE_DIR / assignment / f"{assignment}.ipynb")
+    nb = copy.deepcopy(nb)
+    ref = reference_sources(assignment) if answered else {}
+    cells = cells or {}
+    for cell in nb.cells:
+        if is_solution(cell):
+            gid = nbgrader_meta(cell)["grade_id"]
+            if gid in cells:
+                cell.source = cells[gid]
+            elif answered:
+                cell.source = ref[gid]
+    return nb
+
+
+def write(nb, path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, str(path))

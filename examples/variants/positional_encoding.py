@@ -1,0 +1,107 @@
+"""Known answers to the positional_encoding exercise (see autograder/variants.py)."""
+from autograder.variants import Bug, Correct
+
+SIN_EXP_LOG = '''def sinusoidal_encoding(seq_len, d_model, base=10000.0):
+    if d_model % 2 == 1:
+        raise ValueError("d_model must be even")
+    position = torch.arange(seq_len).unsqueeze(1).float()
+    div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(base) / d_model))
+    pe = torch.zeros(seq_len, d_model)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+'''
+
+SIN_NUMPY = '''import numpy as np
+
+def sinusoidal_encoding(seq_len, d_model, base=10000.0):
+    if d_model % 2:
+        raise ValueError("odd d_model")
+    p = np.arange(seq_len)[:, None]
+    i = np.arange(d_model // 2)[None, :]
+    angle = p / np.power(base, 2 * i / d_model)
+    pe = np.stack([np.sin(angle), np.cos(angle)], axis=-1).reshape(seq_len, d_model)
+    return torch.from_numpy(pe).to(torch.float32)
+'''
+
+ROPE_COMPLEX = '''def rope(x, base=10000.0):
+    L, d = x.shape[-2:]
+    if d % 2:
+        raise ValueError("d must be even")
+    freqs = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = torch.outer(torch.arange(L, dtype=torch.float64), freqs)
+    rot = torch.polar(torch.ones_like(angles), angles)                 # (L, d/2) complex
+    xc = torch.view_as_complex(x.to(torch.float64).reshape(*x.shape[:-1], d // 2, 2).contiguous())
+    return torch.view_as_real(xc * rot).reshape(x.shape).to(x.dtype)
+'''
+
+ROPE_MATRIX = '''def rope(x, base=10000.0):
+    L, d = x.shape[-2], x.shape[-1]
+    if d % 2 != 0:
+        raise ValueError("odd")
+    theta = torch.arange(L, dtype=x.dtype)[:, None] * (1.0 / base ** (torch.arange(0, d, 2, dtype=x.dtype) / d))
+    c, s = torch.cos(theta), torch.sin(theta)
+    out = x.clone()
+    out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s
+    out[..., 1::2] = x[..., 0::2] * s + x[..., 1::2] * c
+    return out
+'''
+
+ALIBI_LOOP = '''def alibi_bias(n_heads, seq_len):
+    def _slopes(n):
+        if (n & (n - 1)) == 0:
+            start = 2 ** (-8 / n)
+            return [start ** (h + 1) for h in range(n)]
+        m = 1 << (n.bit_length() - 1)
+        return _slopes(m) + _slopes(2 * m)[::2][: n - m]
+    i = torch.arange(seq_len)
+    dist = (i.view(-1, 1) - i.view(1, -1)).abs().float()
+    return torch.stack([-s * dist for s in _slopes(n_heads)])
+'''
+
+VARIANTS = [
+    Correct("exp_log_frequencies", {"sinusoidal_encoding": SIN_EXP_LOG},
+            "frequencies as exp(-2i log(base) / d), computed in float32 (the common tutorial form)"),
+    Correct("numpy_then_converted", {"sinusoidal_encoding": SIN_NUMPY, "rope": ROPE_COMPLEX, "alibi_bias": ALIBI_LOOP},
+            "numpy for the encoding, complex numbers for RoPE, a list of heads for ALiBi"),
+    Correct("rope_in_dtype", {"rope": ROPE_MATRIX}, "RoPE computed at the input's precision with slicing"),
+    Bug("sin_cos_swapped", {"sinusoidal_encoding": SIN_EXP_LOG.replace("torch.sin(position", "torch.COS(position")
+                            .replace("torch.cos(position", "torch.sin(position").replace("COS", "cos")},
+        {"sinusoidal_encoding_tests": "sin and cos are swapped"}),
+    Bug("halves_concatenated", {"sinusoidal_encoding": SIN_EXP_LOG.replace(
+        "    pe[:, 0::2] = torch.sin(position * div_term)\n    pe[:, 1::2] = torch.cos(position * div_term)\n",
+        "    pe = torch.cat([torch.sin(position * div_term), torch.cos(position * div_term)], dim=1)\n")},
+        {"sinusoidal_encoding_tests": "not concatenated halves"}),
+    Bug("frequency_index_i", {"sinusoidal_encoding": SIN_EXP_LOG.replace(
+        "torch.arange(0, d_model, 2).float()", "torch.arange(d_model // 2).float()")},
+        {"sinusoidal_encoding_tests": "use the even index 2i, not i"}),
+    Bug("no_value_error", {"sinusoidal_encoding": SIN_EXP_LOG.replace(
+        '    if d_model % 2 == 1:\n        raise ValueError("d_model must be even")\n', "")},
+        {"sinusoidal_encoding_tests": "must raise ValueError"}),
+    Bug("rope_halves", {"rope": '''def rope(x, base=10000.0):
+    L, d = x.shape[-2:]
+    if d % 2:
+        raise ValueError("odd")
+    theta = torch.arange(L, dtype=torch.float64)[:, None] * base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
+    x1, x2 = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+'''}, {"rope_tests": "interleaved, not the two halves"}),
+    Bug("rope_backwards", {"rope": ROPE_MATRIX.replace("c, s = torch.cos(theta), torch.sin(theta)",
+                                                       "c, s = torch.cos(theta), -torch.sin(theta)")},
+        {"rope_tests": "the rotation goes the wrong way"}),
+    Bug("rope_in_place", {"rope": ROPE_MATRIX.replace("out = x.clone()", "out = x").replace(
+        "    out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s\n    out[..., 1::2] = x[..., 0::2] * s + x[..., 1::2] * c\n",
+        "    a, b = x[..., 0::2].clone(), x[..., 1::2].clone()\n    out[..., 0::2] = a * c - b * s\n    out[..., 1::2] = a * s + b * c\n")},
+        {"rope_tests": "modifies its input"}),
+    Bug("alibi_slope_from_one", {"alibi_bias": ALIBI_LOOP.replace("start ** (h + 1)", "start ** h")},
+        {"alibi_bias_tests": "use h + 1 in the exponent"}),
+    Bug("alibi_naive_slopes", {"alibi_bias": '''def alibi_bias(n_heads, seq_len):
+    slopes = torch.tensor([2 ** (-8 * (h + 1) / n_heads) for h in range(n_heads)])
+    i = torch.arange(seq_len)
+    dist = (i[:, None] - i[None, :]).abs().float()
+    return -slopes[:, None, None] * dist
+'''}, {"alibi_bias_tests": "for a power of two n only"}),
+    Bug("alibi_signed_distance", {"alibi_bias": ALIBI_LOOP.replace(".abs().float()", ".float()")},
+        {"alibi_bias_tests": "penalty"}),
+]

@@ -1,0 +1,51 @@
+"""The hidden suites are right in both directions, through the real grading engine (a trusted
+pytest process scoring a sandboxed worker): every known correct answer gets full marks, every
+known mistake loses points in exactly the cells it should, with a diagnosis that names it."""
+import pytest
+
+from autograder import hidden, variants
+from autograder.notebooks import graded_cells
+from conftest import ASSIGNMENTS, all_variants
+
+
+def _grade(asg, cells=None, answered=True):
+    return hidden.grade(variants.submission(asg, cells, answered=answered), asg)
+
+
+@pytest.mark.parametrize("asg", ASSIGNMENTS)
+def test_reference_gets_full_marks(asg):
+    verdicts = _grade(asg)
+    for gid, v in verdicts.items():
+        assert v.score == v.points, f"{gid}: {v.failed}"
+
+
+@pytest.mark.parametrize("asg", ASSIGNMENTS)
+def test_unanswered_gets_zero_with_a_clear_message(asg):
+    for gid, v in _grade(asg, answered=False).items():
+        assert v.score == 0, gid
+        assert any("not implemented yet" in d for d in v.failed), (gid, v.failed)
+
+
+@pytest.mark.parametrize("asg,variant", all_variants(), ids=lambda x: getattr(x, "name", x))
+def test_variant(asg, variant):
+    verdicts = _grade(asg, variant.cells)
+    if isinstance(variant, variants.Correct):
+        for gid, v in verdicts.items():
+            assert v.score == v.points, f"correct answer '{variant.name}' lost points in {gid}: {v.failed}"
+        return
+    for gid, v in verdicts.items():
+        if gid in variant.fails:
+            assert v.score < v.points, f"mistake '{variant.name}' was not caught in {gid}"
+            assert any(variant.fails[gid] in d for d in v.failed), (
+                f"mistake '{variant.name}' in {gid}: expected a diagnosis with {variant.fails[gid]!r}, got {v.failed}")
+        else:
+            assert v.score == v.points, f"mistake '{variant.name}' should not cost points in {gid}: {v.failed}"
+
+
+def test_known_mistakes_cover_every_graded_cell():
+    """Every graded cell has at least one known mistake that it catches."""
+    for asg in ASSIGNMENTS:
+        caught = {gid for v in variants.load(asg) if isinstance(v, variants.Bug) for gid in v.fails}
+        graded = set(graded_cells(variants.submission(asg)))
+        assert graded <= caught, f"{asg}: no known mistake for {sorted(graded - caught)}"
+        assert sum(isinstance(v, variants.Correct) for v in variants.load(asg)) >= 2, asg
