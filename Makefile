@@ -33,7 +33,7 @@ grade: install
 	$(PY) -m autograder.grade_examples $(ASSIGNMENTS)
 
 test: install
-	$(BIN)/pytest tests
+	$(BIN)/pytest -n 2 --dist loadgroup tests
 
 clean:
 	rm -rf _build

@@ -6,6 +6,7 @@ from autograder.grade_examples import example_submission, roster
 from test_release import _secret_lines, leaks
 
 ASG = "positional_encoding"
+pytestmark = pytest.mark.xdist_group("class")
 POINTS = {"sinusoidal_encoding_tests": 4.0, "rope_tests": 4.0, "alibi_bias_tests": 3.0}
 
 
