@@ -31,4 +31,4 @@ c.ClearSolutions.code_stub = {"python": '# YOUR CODE HERE\nraise NotImplementedE
 sys.path.insert(0, here)
 from autograder.nbgrader_plugin import configure  # noqa: E402
 
-configure(c)
+configure(c, feedback_directory=os.path.join(grading, "feedback"))

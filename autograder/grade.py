@@ -47,8 +47,8 @@ def submit(grading_dir: Path, learner: str, assignment: str, notebook) -> Path:
     return path
 
 
-def autograde(grading_dir: Path, assignment: str, learner: str | None = None, **kw):
-    args = ["autograde", assignment, "--force"]
+def autograde(grading_dir: Path, assignment: str, learner: str | None = None, extra: tuple = (), **kw):
+    args = ["autograde", assignment, "--force", *extra]
     if learner:
         args.append(f"--student={learner}")
     return nbgrader(*args, grading_dir=grading_dir, check=False, **kw)

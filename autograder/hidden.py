@@ -73,6 +73,9 @@ class Recorder:
         return doc.splitlines()[0] if doc else item.name
 
     def pytest_runtest_makereport(self, item, call):
+        if call.when == "teardown":      # after the fixtures' teardown, which records library calls
+            self._library_calls(item)
+            return
         if call.when not in ("setup", "call"):
             return
         if call.when == "setup" and call.excinfo is None:
@@ -88,7 +91,7 @@ class Recorder:
             "test": item.nodeid,
         })
 
-    def pytest_runtest_teardown(self, item):
+    def _library_calls(self, item):
         for name, value in item.user_properties:
             if name == "forbidden":
                 for rec in self.records:

@@ -9,14 +9,15 @@ and the next call starts a fresh worker, so one bad test never sinks the others.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 
 from .protocol import ProtocolError, read_message, write_message
 from .sandbox import Limits, Sandbox, kill_tree
 
-START_TIMEOUT = 120.0
-MAX_DEATHS = 4
+CELL_TIMEOUT = float(os.environ.get("GRADER_CELL_TIMEOUT", "60"))   # loading one cell
+MAX_DEATHS = 12
 
 
 class WorkerDied(Exception):
@@ -46,35 +47,49 @@ class Learner:
         self.proc: subprocess.Popen | None = None
         self.ready: dict = {}
         self.last_worker_seconds = 0.0
-        self.restarts = 0
-        self.start_failure: str | None = None   # the worker could not even load the cells
-        self.hung: dict[str, str] = {}          # call name -> why it timed out before
+        self.start_failure: str | None = None    # the worker cannot start at all
+        self.broken_cells: dict[str, str] = {}   # cell id -> why loading it ended the process
+        self.broken_calls: dict[str, str] = {}   # call -> why it ended or hung the process before
         self.deaths = 0
         self.forbidden_seen: dict[str, int] = {}
 
     # -- process management ------------------------------------------------------------
     def start(self):
-        if self.start_failure:
-            raise WorkerDied(self.start_failure)
-        if self.deaths >= MAX_DEATHS:
-            raise WorkerDied(f"your code ended or hung the grader's process {self.deaths} times; "
-                             "the remaining checks were not run")
-        self.close()
-        self.sandbox = Sandbox(self.limits)
-        cells_path = self.sandbox.home / "cells.json"
-        cells_path.write_text(json.dumps(self.cells))
-        self.proc = self.sandbox.popen([self.sandbox.inside(self.sandbox.code / "worker.py"),
-                                        self.sandbox.inside(cells_path)],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        try:
-            self.ready = self._read(START_TIMEOUT, during="while running your notebook's cells")
-        except WorkerDied as e:
-            self.start_failure = str(e)
-            raise
-        if not isinstance(self.ready, dict) or not self.ready.get("ready"):
-            self._die()
-            raise WorkerDied("your notebook's code interfered with the grader while it was being loaded")
-        self.restarts += 1
+        """Start a worker that loads the cells; a cell that kills or hangs it is left out, and the
+        names it defines fail with that reason, so the rest of the notebook is still graded."""
+        while True:
+            if self.start_failure:
+                raise WorkerDied(self.start_failure)
+            if self.deaths >= MAX_DEATHS:
+                raise WorkerDied(f"your code ended or hung the grader's process {self.deaths} times; "
+                                 "the remaining checks were not run")
+            self.close()
+            self.sandbox = Sandbox(self.limits)
+            cells_path = self.sandbox.home / "cells.json"
+            cells_path.write_text(json.dumps([c for c in self.cells if c["id"] not in self.broken_cells]))
+            self.proc = self.sandbox.popen([self.sandbox.inside(self.sandbox.code / "worker.py"),
+                                            self.sandbox.inside(cells_path)],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            loading = None
+            try:
+                while True:
+                    msg = self._read(CELL_TIMEOUT, during=f"while running the cell {loading or '(start)'} of your notebook")
+                    if isinstance(msg, dict) and "loading" in msg:
+                        loading = str(msg["loading"])
+                        continue
+                    break
+            except WorkerDied as e:
+                if loading is None:
+                    self.start_failure = str(e)
+                else:
+                    self.broken_cells[loading] = str(e)
+                continue
+            if not isinstance(msg, dict) or not msg.get("ready"):
+                self._die()
+                self.start_failure = "your notebook's code interfered with the grader while it was being loaded"
+                continue
+            self.ready = msg
+            return
 
     @property
     def cell_errors(self) -> list[dict]:
@@ -114,21 +129,25 @@ class Learner:
 
     # -- calls -----------------------------------------------------------------------------
     def request(self, req: dict, timeout: float | None = None, what: str = ""):
-        if what in self.hung:
-            raise WorkerDied(self.hung[what])
+        if what in self.broken_calls:
+            raise WorkerDied(self.broken_calls[what])
         if self.proc is None or self.proc.poll() is not None:
             self.start()
+        name = req.get("name")
+        if name in self.broken_cells:
+            raise WorkerDied(f"the cell that defines {name} could not be loaded: {self.broken_cells[name]}")
         try:
             write_message(self.proc.stdin.fileno(), req)
         except (BrokenPipeError, OSError):
             code = self.proc.wait(timeout=10)
             self._die()
-            raise WorkerDied(_death_message(code, f"while calling {what}")) from None
+            self.deaths += 1
+            self.broken_calls[what] = _death_message(code, f"while calling {what}")
+            raise WorkerDied(self.broken_calls[what]) from None
         try:
             resp = self._read(timeout or self.call_timeout, during=f"while calling {what}")
         except WorkerDied as e:
-            if "did not finish" in str(e):
-                self.hung[what] = str(e)
+            self.broken_calls[what] = str(e)
             raise
         if not isinstance(resp, dict):
             self._die()

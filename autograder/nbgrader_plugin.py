@@ -12,15 +12,21 @@ score from its output.  Here, registered in `nbgrader_config.py` through `config
 """
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import nbformat
 from nbgrader.api import Gradebook
-from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds, IgnorePattern,
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds, GetGrades,
+                                    IgnorePattern,
                                     LimitOutput, NbGraderPreprocessor, OverwriteCells, OverwriteKernelspec,
                                     SaveAutoGrades)
-from nbconvert.preprocessors import ClearMetadataPreprocessor
-from traitlets import Integer
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+from traitlets import Integer, Unicode
 
-from . import hidden
+from nbconvert.exporters import NotebookExporter
+
+from . import hidden, submission
 from .notebooks import TESTS_SUFFIX, is_graded_test, nbgrader_meta
 from .sandbox import Limits, Sandbox, missing_protections
 
@@ -29,6 +35,27 @@ VERDICTS = "grader_verdicts"
 
 def _note(text: str):
     return nbformat.v4.new_output("stream", name="stdout", text=text)
+
+
+class SubmissionReader(NotebookExporter):
+    """nbgrader's exporter, reading submissions defensively (see `autograder.submission`)."""
+
+    def from_file(self, file_stream, resources=None, **kw):
+        ids = (resources or {}).get("nbgrader", {})
+        converter = self.parent
+        if not ids.get("assignment") or not hasattr(converter, "coursedir"):
+            return super().from_file(file_stream, resources=resources, **kw)
+        release_path = Path(converter.coursedir.format_path(converter.coursedir.release_directory, ".",
+                                                            ids["assignment"])) / f"{ids['notebook']}.ipynb"
+        release = nbformat.read(str(release_path), as_version=4)
+        try:
+            raw = file_stream.read(submission.MAX_BYTES + 1).encode("utf-8")
+        except UnicodeDecodeError:
+            raw = b"\xff not UTF-8 text"
+        nb, problems = submission.read(raw, release)
+        for problem in problems:
+            self.log.warning("%s/%s: %s", ids.get("student"), ids["assignment"], problem)
+        return self.from_notebook_node(nb, resources=resources, **kw)
 
 
 class SandboxedExecute(NbGraderPreprocessor):
@@ -103,6 +130,7 @@ class SaveDiagnoses(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         verdicts = resources.get(VERDICTS, {})
         ids = resources["nbgrader"]
+        problems = "; ".join(nb.metadata.get(submission.PROBLEMS, []))
         solution_ids = {nbgrader_meta(c).get("grade_id") for c in nb.cells if nbgrader_meta(c).get("solution")}
         with Gradebook(ids["db_url"]) as gb:
             for gid, v in verdicts.items():
@@ -110,15 +138,40 @@ class SaveDiagnoses(NbGraderPreprocessor):
                 if name not in solution_ids:
                     continue
                 comment = gb.find_comment(name, ids["notebook"], ids["assignment"], ids["student"])
-                if comment.auto_comment == "No response.":
+                if comment.auto_comment == "No response." and not problems:
                     continue
-                comment.auto_comment = ("; ".join(v["failed"]) if v["failed"]
-                                        else f"all hidden tests passed ({v['score']:g}/{v['points']:g})")
+                text = ("; ".join(v["failed"]) if v["failed"]
+                        else f"all hidden tests passed ({v['score']:g}/{v['points']:g})")
+                comment.auto_comment = f"{problems}. {text}" if problems else text
             gb.db.commit()
         return nb, resources
 
 
-def configure(c):
+class OfflineMathJax(NbGraderPreprocessor):
+    """Put one copy of MathJax 3 beside the feedback (feedback/mathjax/), which the pages load."""
+
+    feedback_directory = Unicode("", help="The course's feedback folder.").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        target = Path(self.feedback_directory) / "mathjax"
+        if self.feedback_directory and not (target / "tex-chtml.js").exists():
+            source = mathjax_source()
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source / "tex-chtml.js", target / "tex-chtml.js")
+            for sub in ("output/chtml", "input/tex/extensions"):
+                shutil.copytree(source / sub, target / sub, dirs_exist_ok=True)
+        return nb, resources
+
+
+def mathjax_source() -> Path:
+    """MathJax 3 as shipped by the sphinx-mathjax-offline wheel (also the book's MathJax)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("sphinx-mathjax-offline")
+    return Path(spec.origin).parent / "static" / "mathjax"
+
+
+def configure(c, feedback_directory: str = ""):
     """Register the trusted grading pipeline in an nbgrader config object."""
     c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
                                           CheckCellMetadata]
@@ -126,8 +179,16 @@ def configure(c):
                                            LimitOutput, SaveAutoGrades, SaveDiagnoses, AssignLatePenalties,
                                            CheckCellMetadata]
     c.OverwriteCells.add_missing_cells = True
+    c.Autograde.exporter_class = SubmissionReader
     c.ClearSolutions.enforce_metadata = True
     # A graded cell's score is the trusted verdict; nothing the learner prints may change it.
     c.LimitOutput.max_lines = 2000
     c.LimitOutput.max_traceback = 100
+    # Feedback: MathJax from the grading folder (templates/base/mathjax.html.j2), no CDN.
+    import nbgrader
+
+    nbgrader_templates = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
+    c.HTMLExporter.extra_template_basedirs = [str(Path(__file__).parent / "templates"), str(nbgrader_templates)]
+    c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, OfflineMathJax]
+    c.OfflineMathJax.feedback_directory = feedback_directory
 

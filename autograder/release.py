@@ -16,10 +16,12 @@ from pathlib import Path
 from . import ROOT
 
 
-def nbgrader(*args: str, grading_dir: Path | None = None, check: bool = True, **kw) -> subprocess.CompletedProcess:
+def nbgrader(*args: str, grading_dir: Path | None = None, check: bool = True, env_extra: dict | None = None,
+             **kw) -> subprocess.CompletedProcess:
     """Run an nbgrader command in the course directory (the repository root)."""
     bindir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
+    env = {**os.environ, **(env_extra or {}), "PYTHONPATH": str(ROOT),
+           "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
     if grading_dir is not None:
         env["GRADING_DIR"] = str(grading_dir)
     cmd = [os.path.join(bindir, "nbgrader"), *args]
@@ -28,11 +30,13 @@ def nbgrader(*args: str, grading_dir: Path | None = None, check: bool = True, **
 
 def generate(assignments: list[str], into: Path | None = None, grading_dir: Path | None = None):
     with tempfile.TemporaryDirectory(prefix="release-db-") as tmp:
+        grading_dir = Path(grading_dir or tmp)
+        grading_dir.mkdir(parents=True, exist_ok=True)
         for asg in assignments:
             args = ["generate_assignment", asg, "--force", "--log-level=WARN"]
             if into is not None:
                 args.append(f"--CourseDirectory.release_directory={into}")
-            nbgrader(*args, grading_dir=grading_dir or Path(tmp), capture_output=False)
+            nbgrader(*args, grading_dir=grading_dir)
 
 
 def main():

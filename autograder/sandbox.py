@@ -164,10 +164,11 @@ class Sandbox:
         """The full command line and environment that run `argv` (paths inside) in the sandbox."""
         if self.bwrap:
             env = self._env(INSIDE_HOME, INSIDE_CODE)
-            cmd = [self.bwrap, *_base_binds(),
+            # /tmp first: the views bound after it (a virtual environment under /tmp) stay visible.
+            cmd = [self.bwrap, "--tmpfs", "/tmp", *_base_binds(),
                    "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
                    "--die-with-parent", "--new-session",
-                   "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+                   "--proc", "/proc", "--dev", "/dev",
                    "--bind", str(self.home), INSIDE_HOME,
                    "--ro-bind", str(self.code), INSIDE_CODE,
                    "--chdir", INSIDE_HOME, "--clearenv"]

@@ -196,6 +196,7 @@ def main():
     ns = {"__name__": "__main__", "__builtins__": __builtins__}
     cell_errors = []
     for cell in cells:
+        write_message(proto_out, {"loading": cell["id"]})
         try:
             exec(compile(cell["source"], f"<cell {cell['id']}>", "exec"), ns)
         except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt too: record and go on

@@ -1,4 +1,6 @@
 """A class graded end to end with the real `nbgrader autograde` and `generate_feedback`."""
+import re
+
 import pytest
 
 from autograder import grade, variants
@@ -57,8 +59,13 @@ def test_feedback_names_the_mistake_and_hides_the_tests(graded_class):
     assert f.returncode == 0, f.stderr[-3000:]
     secrets = _secret_lines()
     for learner, answers in roster().items():
-        html = (d / "feedback" / learner / ASG / f"{ASG}.html").read_text()
+        page = d / "feedback" / learner / ASG / f"{ASG}.html"
+        html = page.read_text()
         assert not leaks(html, secrets), learner
+        # MathJax comes from the grading folder itself, nothing from another host.
+        assert not re.search(r'<(script|link|img)\b[^>]*(src|href)="(https?:)?//', html), learner
+        assert 'src="../../mathjax/tex-chtml.js"' in html
+        assert (page.parent / "../../mathjax/tex-chtml.js").resolve().is_file()
         if answers[ASG] not in ("reference", "unanswered"):
             bug = {v.name: v for v in variants.load(ASG)}[answers[ASG]]
             for diagnosis in bug.fails.values():

