@@ -4,7 +4,10 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
+CHROMIUM ?= /usr/bin/chromium
 export PYTHONHASHSEED := 0
+export CHROMIUM
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
 .PHONY: all install book exercises grade test bench gpu-check clean
 
@@ -32,7 +35,12 @@ exercises: install
 grade: install
 	$(PY) -m autograder.grade_examples $(ASSIGNMENTS)
 
-test: install
+# The browser that tests/test_site.py drives: Debian's Chromium, installed when missing.
+$(CHROMIUM):
+	$(SUDO) apt-get update -qq
+	$(SUDO) apt-get install -y -qq chromium
+
+test: install $(CHROMIUM)
 	$(BIN)/pytest -n 2 --dist loadgroup tests
 
 clean:

@@ -14,7 +14,7 @@ import pytest
 
 from attacks import MARKER, NOTEBOOK_ATTACKS, SNIPPETS, WRONG
 from autograder import grade, variants
-from test_release import _secret_lines, leaks
+from test_release import leaks, suite_lines
 
 pytestmark = pytest.mark.xdist_group("redteam")
 ASG = "positional_encoding"
@@ -121,7 +121,7 @@ def test_no_connection_reached_the_grading_machine(attacked, listener):
 
 def test_no_hidden_test_text_in_any_output(attacked):
     d = attacked[0]
-    secrets = _secret_lines()
+    secrets = suite_lines()   # learners' own notebooks may hold solution code
     for path in list((d / "autograded").rglob("*.ipynb")) + list((d / "feedback").rglob("*.html")):
         assert not leaks(path.read_text(errors="replace"), secrets), path
 

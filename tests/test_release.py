@@ -61,19 +61,30 @@ def test_source_notebook_conventions(asg):
     assert marked == set(graded), f"hidden suite cells {sorted(marked)} != graded cells {sorted(graded)}"
 
 
-def _secret_lines():
-    """Lines that must never reach a learner: solution code and hidden test code."""
+def solution_lines():
+    """Lines of the reference solutions, which must never reach a learner before grading."""
     secrets = set()
     for asg in ASSIGNMENTS:
         for cell in notebooks.read(notebooks.source_notebook(asg)).cells:
             if notebooks.is_solution(cell):
                 body = re.search(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", cell.source, re.S)
                 secrets |= {ln.strip() for ln in body.group(1).splitlines() if len(ln.strip()) >= 25}
+    return secrets
+
+
+def suite_lines():
+    """Lines of the hidden suites, which must never reach a learner at all."""
+    secrets = set()
+    for asg in ASSIGNMENTS:
         for ln in hidden.suite_path(asg).read_text().splitlines():
             ln = ln.strip()
             if len(ln) >= 30 and not ln.startswith(("#", '"""', "import", "from")):
                 secrets.add(ln)
     return secrets
+
+
+def secret_lines():
+    return solution_lines() | suite_lines()
 
 
 def leaks(text: str, secrets: set) -> list:
@@ -83,7 +94,7 @@ def leaks(text: str, secrets: set) -> list:
 
 
 def test_no_secret_in_exercises():
-    secrets = _secret_lines()
+    secrets = secret_lines()
     assert len(secrets) > 20
     for path in (ROOT / "exercises").rglob("*"):
         if path.is_file():
@@ -93,7 +104,7 @@ def test_no_secret_in_exercises():
 
 def test_leak_search_catches_solution_code():
     """The search itself works: it finds the secrets in the source notebooks and suites."""
-    secrets = _secret_lines()
+    secrets = secret_lines()
     for asg in ASSIGNMENTS:
         assert leaks(notebooks.source_notebook(asg).read_text(), secrets)
         assert leaks(hidden.suite_path(asg).read_text(), secrets)
