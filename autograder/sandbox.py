@@ -14,6 +14,7 @@ limits still apply, and `protections()` says plainly which protections are missi
 """
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import signal
@@ -116,6 +117,11 @@ def _python() -> str:
     return os.path.join(sys.prefix, "bin", "python") if sys.prefix != sys.base_prefix else sys.executable
 
 
+def _gpu() -> bool:
+    """Whether the grader was asked to time on CUDA (GRADER_DEVICE=cuda) and a GPU is there."""
+    return os.environ.get("GRADER_DEVICE", "cpu").startswith("cuda") and bool(glob.glob("/dev/nvidia*"))
+
+
 def _set_limits(limits: Limits):
     def apply():
         import resource
@@ -157,7 +163,8 @@ class Sandbox:
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n,
             "GRADER_THREADS": n, "MPLBACKEND": "Agg", "JUPYTER_PLATFORM_DIRS": "1",
-            "LANG": "C.UTF-8", "CUDA_VISIBLE_DEVICES": os.environ.get("GRADER_CUDA_VISIBLE_DEVICES", ""),
+            "LANG": "C.UTF-8", "GRADER_DEVICE": os.environ.get("GRADER_DEVICE", "cpu"),
+            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "") if _gpu() else "",
         }
 
     def command(self, argv: list[str], pass_fds: tuple[int, ...] = ()) -> tuple[list[str], dict]:
@@ -172,6 +179,12 @@ class Sandbox:
                    "--bind", str(self.home), INSIDE_HOME,
                    "--ro-bind", str(self.code), INSIDE_CODE,
                    "--chdir", INSIDE_HOME, "--clearenv"]
+            if _gpu():
+                for dev in sorted(glob.glob("/dev/nvidia*")):
+                    cmd += ["--dev-bind", dev, dev]
+                for path in ("/proc/driver/nvidia", "/sys"):
+                    if os.path.exists(path):
+                        cmd += ["--ro-bind", path, path]
             for k, v in env.items():
                 cmd += ["--setenv", k, v]
             return cmd + ["--", _python(), *argv], env

@@ -47,6 +47,29 @@ def _watch_library():
     torch.set_num_threads(int(os.environ.get("GRADER_THREADS", "1")))
 
 
+DEVICE = os.environ.get("GRADER_DEVICE", "cpu")
+_synchronize = None
+
+
+def _bind_device():
+    """Take the device-wide synchronise before learner code runs, so it cannot be replaced."""
+    global _synchronize
+    if DEVICE != "cpu":
+        import torch
+
+        _synchronize = torch.cuda.synchronize
+
+
+def _flush_l2():
+    """Write a buffer larger than the GPU's L2 cache, so no timed run starts with warm caches."""
+    import torch
+
+    buf = torch.empty(256 << 20, dtype=torch.uint8, device=DEVICE)
+    buf.zero_()
+    _synchronize()
+    del buf
+
+
 def _error(e: BaseException) -> dict:
     tb = traceback.extract_tb(e.__traceback__)
     learner_frames = [f for f in tb if f.filename.startswith("<cell")]
@@ -59,6 +82,8 @@ class Worker:
     def __init__(self, ns: dict):
         self.ns = ns
         self.handles: dict[int, object] = {}
+        self.prepared = None
+        self.last_outputs = []
 
     def obj(self, handle):
         if handle not in self.handles:
@@ -146,6 +171,67 @@ class Worker:
         return {"out": out, "input_grads": [a.grad if isinstance(a, torch.Tensor) else None for a in args],
                 "param_grads": {n: p.grad for n, p in obj.named_parameters() if p.grad is not None}}
 
+    def op_prepare(self, req):
+        """Make fresh inputs for the next timed `run` from a seed the grader chose (not timed)."""
+        import torch
+
+        g = torch.Generator().manual_seed(req["seed"])
+        self.prepared = [(self._inputs(req["inputs"], g), req.get("kwargs", {})) for _ in range(req.get("count", 1))]
+        if DEVICE != "cpu":
+            _flush_l2()
+        return None
+
+    @staticmethod
+    def _inputs(specs, g):
+        import torch
+
+        args = []
+        for spec in specs:
+            dtype = getattr(torch, spec.get("dtype", "float32"))
+            if spec["kind"] == "randn":
+                t = torch.randn(spec["shape"], generator=g, dtype=torch.float32).to(dtype)
+            elif spec["kind"] == "tokens":
+                t = torch.randint(0, spec["high"], spec["shape"], generator=g)
+            elif spec["kind"] == "causal":
+                n = spec["shape"][-1]
+                t = torch.ones(n, n, dtype=torch.bool).tril()
+            else:
+                raise ValueError(f"unknown input kind {spec['kind']}")
+            args.append(t.to(DEVICE))
+        return args
+
+    def op_run(self, req):
+        """Run the prepared call once; the grader's clock measures this request from outside."""
+        import torch
+
+        prepared, self.prepared = self.prepared, None
+        target = self.obj(req["handle"]) if req.get("handle") else self.ns.get(req["name"])
+        outputs = []
+        for args, kwargs in prepared:
+            out = target(*args, **kwargs)
+            if isinstance(out, (tuple, list)):
+                out = out[0]
+            if type(out) is not torch.Tensor:
+                raise TypeError(f"returned a {type(out).__name__}, not a plain torch.Tensor")
+            outputs.append(out)
+        if DEVICE != "cpu":
+            _synchronize()
+        self.last_outputs = outputs
+        return None
+
+    def op_checksum(self, req):
+        """A random projection of the last timed output: proves the work was done (not timed)."""
+        import torch
+
+        g = torch.Generator().manual_seed(req["seed"])
+        sums = []
+        for out in self.last_outputs:
+            out = out.detach().to("cpu", torch.float64)
+            proj = torch.randn(out.shape, generator=g, dtype=torch.float64)
+            sums.append({"checksum": float((out * proj).sum()), "scale": float(out.abs().sum()),
+                         "shape": list(out.shape), "finite": bool(torch.isfinite(out).all())})
+        return sums
+
     def op_seed(self, req):
         import torch
 
@@ -191,6 +277,7 @@ def main():
         os.dup2(devnull, fd)
 
     _watch_library()
+    _bind_device()
     with open(sys.argv[1]) as f:
         cells = json.load(f)
     ns = {"__name__": "__main__", "__builtins__": __builtins__}

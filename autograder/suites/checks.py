@@ -6,6 +6,11 @@ from __future__ import annotations
 import torch
 
 from autograder.learner import LearnerError
+from autograder.timing import Target, compare
+
+# A correct vectorised answer runs within this factor of the reference; a Python loop over
+# positions runs 10x or more slower (calibrated by `make bench`: bench/speed.py).
+SPEED_FACTOR = 3.0
 
 
 class Diagnosis(AssertionError):
@@ -103,3 +108,13 @@ def known_mistake(actual, mistakes: dict, default: str) -> str:
         if same(actual, wrong):
             return diagnosis
     return default
+
+
+def fast_enough(learner_target: Target, reference_target: Target, inputs: list[dict], what: str,
+                calls: int = 1, kwargs: dict | None = None, factor: float = SPEED_FACTOR):
+    """The learner's code runs within `factor` of the reference on fresh inputs (autograder.timing)."""
+    result = compare(learner_target, reference_target, inputs, kwargs=kwargs, calls=calls)
+    check(result.mismatch is None, f"{what}: {result.mismatch}")
+    check(result.ratio <= factor,
+          f"{what} takes {result.ratio:.1f}x the time of the reference solution (allowed {factor:g}x): "
+          "vectorise it -- a Python loop over positions or heads is slow; let torch work on whole tensors")

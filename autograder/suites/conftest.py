@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from autograder.learner import Learner
-from autograder.notebooks import reference_namespace
+from autograder.notebooks import learner_cells, read, reference_namespace, source_notebook
 
 # Regrading the same submission must give the same grade: examples are derandomized.
 settings.register_profile("grading", max_examples=15, derandomize=True, deadline=None, database=None,
@@ -47,6 +47,22 @@ def reference():
             _REFERENCES[assignment] = SimpleNamespace(**reference_namespace(assignment))
         return _REFERENCES[assignment]
     return get
+
+
+@pytest.fixture(scope="session")
+def reference_worker():
+    """The course's solution code running in its own sandboxed worker, under the same limits as the
+    learner's: the other side of every speed comparison (autograder.timing)."""
+    workers: dict = {}
+
+    def get(assignment: str) -> Learner:
+        if assignment not in workers:
+            workers[assignment] = Learner(learner_cells(read(source_notebook(assignment))))
+        return workers[assignment]
+
+    yield get
+    for w in workers.values():
+        w.close()
 
 
 @pytest.fixture(autouse=True)

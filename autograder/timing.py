@@ -1,0 +1,99 @@
+"""Speed checks whose clock the learner cannot touch.
+
+The learner's code and the reference solution each run in a sandboxed worker (the reference is
+course code, but it runs under the same limits and thread count).  For every repetition the
+grader asks each worker to build fresh inputs from a new seed (`prepare`, not timed), then times
+one `run` request from the trusted process with its own clock, then asks for a random projection
+of the output (`checksum`, not timed) and compares the two workers' checksums: a run that skipped
+work, cached, or returned something else fails.  Reference and learner alternate (reference
+first on even repetitions, learner first on odd ones); warm-up runs are discarded; the verdict
+uses the ratio of medians.  On CUDA the worker synchronises the whole device before answering and
+flushes the L2 cache before each run.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from .learner import Learner, WorkerDied
+
+
+@dataclass
+class Target:
+    """A function name, or a module handle created in that worker."""
+
+    proxy: Learner
+    name: str
+    handle: int | None = None
+
+    def request(self, op: str, timeout: float | None = None, **fields):
+        req = {"op": op, "name": self.name, **fields}
+        if self.handle is not None:
+            req["handle"] = self.handle
+        return self.proxy.request(req, timeout=timeout, what=f"{self.name} ({op})")["ok"]
+
+
+@dataclass
+class Comparison:
+    learner: list[float] = field(default_factory=list)
+    reference: list[float] = field(default_factory=list)
+    mismatch: str | None = None
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.learner) / statistics.median(self.reference)
+
+    def spread(self, which: str = "reference") -> float:
+        xs = getattr(self, which)
+        return statistics.pstdev(xs) / statistics.mean(xs) if len(xs) > 1 else 0.0
+
+
+def _clock(target: Target, cpu: bool) -> float:
+    return target.proxy.cpu_seconds() if cpu else time.perf_counter()
+
+
+def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict | None = None, reps: int = 7,
+            warmup: int = 1, calls: int = 1, seed: int = 0, rtol: float = 1e-3, slow_limit: float = 30.0,
+            cpu: bool | None = None) -> Comparison:
+    """Time `learner` against `reference` on the same fresh inputs, interleaved.
+
+    Each timed run makes `calls` calls on distinct fresh inputs.  On the CPU the clock is the
+    CPU time of the worker's process tree (kernel accounting: immune to other load on the
+    machine and to anything the learner's code does to its own clocks); on CUDA it is the
+    grader's wall clock around a request that ends with a device-wide synchronise.
+    """
+    cpu = (os.environ.get("GRADER_DEVICE", "cpu") == "cpu") if cpu is None else cpu
+    result = Comparison()
+    ref_best = None
+    for i in range(warmup + reps):
+        order = (reference, learner) if i % 2 == 0 else (learner, reference)
+        sums = {}
+        for target in order:
+            target.request("prepare", seed=seed + i, inputs=inputs, kwargs=kwargs or {}, count=calls)
+            timeout = None
+            if target is learner and ref_best is not None:
+                timeout = max(5.0, slow_limit * ref_best)
+            t0 = _clock(target, cpu)
+            try:
+                target.request("run", timeout=timeout)
+            except WorkerDied:
+                if target is learner and timeout is not None:
+                    result.mismatch = (f"one run took more than {slow_limit:g}x the reference's time: "
+                                       "far too slow (a Python loop over positions?)")
+                    return result
+                raise
+            elapsed = _clock(target, cpu) - t0
+            sums[id(target)] = target.request("checksum", seed=10_000 + seed + i)
+            if i >= warmup:
+                (result.reference if target is reference else result.learner).append(elapsed)
+            if target is reference:
+                ref_best = elapsed if ref_best is None else min(ref_best, elapsed)
+        got, want = sums[id(learner)], sums[id(reference)]
+        if len(got) != len(want) or any(
+                g["shape"] != w["shape"] or not g["finite"]
+                or abs(g["checksum"] - w["checksum"]) > rtol * (w["scale"] + 1e-6) for g, w in zip(got, want)):
+            result.mismatch = "the timed calls' outputs are wrong: the time of a wrong answer does not count"
+            return result
+    return result
