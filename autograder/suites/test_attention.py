@@ -1,0 +1,584 @@
+"""Hidden suite: attention (scaled_dot_product_attention, causal_mask, MultiHeadAttention, blockwise_attention).
+
+Oracles: torch.nn.functional.scaled_dot_product_attention and torch.nn.MultiheadAttention in float64;
+the plain float32 computation sets the tolerance (checks.close).
+"""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+
+from .checks import Diagnosis, check, close, randn, raises, seeded, tensor, unchanged
+
+A = "attention"
+NEG = float("-inf")
+
+
+# -- trusted baselines: the plain computation, torch's own layers, and known mistakes -----------------
+def plain_attention(q, k, v, mask=None, scale=None, dim=-1):
+    """softmax(q k^T * scale) v at q's precision; a query with no allowed key gets zero weights."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = (q @ k.transpose(-2, -1)) * scale
+    if mask is not None:
+        s = s.masked_fill(~mask, NEG)
+    w = torch.softmax(s, dim=dim).nan_to_num(0.0)
+    return w @ v, w
+
+
+def oracle_attention(q, k, v, mask=None, is_causal=False):
+    """torch's own attention in float64 (for masks that leave every query at least one key)."""
+    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask, is_causal=is_causal)
+
+
+def random_mask(*shape, seed, p=0.5, keep_one=True):
+    """A random bool mask; with keep_one, every query row keeps at least one key."""
+    m = torch.rand(*shape, generator=seeded(seed)) < p
+    if keep_one:
+        first = torch.randint(0, shape[-1], shape[:-1], generator=seeded(seed + 1))
+        m = m | F.one_hot(first, shape[-1]).bool()
+    return m
+
+
+def torch_mha(state, d_model, n_heads, bias=True, prefix=""):
+    """torch.nn.MultiheadAttention (float64) holding the weights `state` of a MultiHeadAttention."""
+    m = torch.nn.MultiheadAttention(d_model, n_heads, bias=bias, batch_first=True).double().eval()
+    w = {n: state[prefix + n].double() for n in ("q_proj.weight", "k_proj.weight", "v_proj.weight", "out_proj.weight")}
+    with torch.no_grad():
+        m.in_proj_weight.copy_(torch.cat([w["q_proj.weight"], w["k_proj.weight"], w["v_proj.weight"]]))
+        m.out_proj.weight.copy_(w["out_proj.weight"])
+        if bias:
+            m.in_proj_bias.copy_(torch.cat([state[prefix + n + "_proj.bias"].double() for n in "qkv"]))
+            m.out_proj.bias.copy_(state[prefix + "out_proj.bias"].double())
+    return m
+
+
+def oracle_mha(state, n_heads, query, key=None, value=None, mask=None, bias=True, prefix=""):
+    key = query if key is None else key
+    value = key if value is None else value
+    B, Lq, D = query.shape
+    attn_mask = None
+    if mask is not None:       # torch's attn_mask: True = blocked, shape (Lq, Lk) or (B * n_heads, Lq, Lk)
+        attn_mask = ~mask if mask.dim() == 2 else (~mask).expand(B, n_heads, Lq, key.shape[1]).reshape(-1, Lq, key.shape[1])
+    with torch.no_grad():
+        return torch_mha(state, D, n_heads, bias, prefix)(query.double(), key.double(), value.double(),
+                                                          attn_mask=attn_mask, need_weights=False)[0]
+
+
+def plain_mha(state, n_heads, query, key=None, value=None, mask=None, prefix="", split="right", merge="right",
+              scale_by="d_head", out_proj=True):
+    """MultiHeadAttention computed plainly with `state`; the keyword arguments reproduce known mistakes."""
+    key = query if key is None else key
+    value = key if value is None else value
+    B, Lq, D = query.shape
+    Lk, H = key.shape[1], n_heads
+    dh = D // H
+
+    def proj(name, x):
+        b = state.get(prefix + name + ".bias")
+        return F.linear(x, state[prefix + name + ".weight"].to(x.dtype), None if b is None else b.to(x.dtype))
+
+    def heads(x, L):
+        if split == "mixed":                                # view (B, H, L, d_head) straight away
+            return x.reshape(B, H, L, dh)
+        return x.reshape(B, L, H, dh).transpose(1, 2)
+
+    q, k, v = heads(proj("q_proj", query), Lq), heads(proj("k_proj", key), Lk), heads(proj("v_proj", value), Lk)
+    scale = 1 / math.sqrt(dh if scale_by == "d_head" else D)
+    out, _ = plain_attention(q, k, v, mask, scale=scale)
+    out = out.transpose(1, 2).reshape(B, Lq, D) if merge == "right" else out.reshape(B, Lq, D)
+    return proj("out_proj", out) if out_proj else out
+
+
+def random_mha_state(d_model, bias=True, seed=0, prefix=""):
+    g = seeded(seed)
+    state = {}
+    for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        state[f"{prefix}{name}.weight"] = (torch.randn(d_model, d_model, generator=g, dtype=torch.float64)
+                                           / math.sqrt(d_model)).float()
+        if bias:
+            state[f"{prefix}{name}.bias"] = (0.5 * torch.randn(d_model, generator=g, dtype=torch.float64)).float()
+    return state
+
+
+def load_state(proxy, state: dict, what: str):
+    """Put `state` into the learner's module, keeping any other entries of its state_dict."""
+    sd = proxy.state_dict()
+    check(isinstance(sd, dict), f"{what}.state_dict() should be a dict")
+    for name, value in state.items():
+        check(name in sd, f"{what} has no parameter `{name}`: use the submodule and parameter names of the "
+                          f"specification (its parameters are: {', '.join(sorted(sd)) or 'none'})")
+        check(isinstance(sd[name], torch.Tensor) and tuple(sd[name].shape) == tuple(value.shape),
+              f"{what}'s `{name}` has shape {tuple(getattr(sd[name], 'shape', ()))}, expected {tuple(value.shape)}")
+        sd[name] = value.to(sd[name].dtype)
+    proxy.load_state_dict(sd)
+
+
+def pair(result, what):
+    check(isinstance(result, (tuple, list)) and len(result) == 2,
+          f"{what} should return the pair (out, weights), but it returned {type(result).__name__}")
+    return result
+
+
+# -- scaled_dot_product_attention --------------------------------------------------------------------------
+SDPA = pytest.mark.cell("scaled_dot_product_attention_tests")
+
+
+def sdpa(learner, *args, what="scaled_dot_product_attention(q, k, v)"):
+    return pair(learner.fn("scaled_dot_product_attention")(*args), what)
+
+
+@SDPA
+def test_sdpa_shapes(learner):
+    """returns (out, weights) of shapes (..., Lq, dv) and (..., Lq, Lk) with batch and head dimensions"""
+    q, k, v = randn(2, 3, 5, 8, seed=1), randn(2, 3, 7, 8, seed=2), randn(2, 3, 7, 6, seed=3)
+    out, w = sdpa(learner, q, k, v, what="scaled_dot_product_attention(q, k, v) with q (2, 3, 5, 8), k (2, 3, 7, 8), v (2, 3, 7, 6)")
+    tensor(out, "out", shape=(2, 3, 5, 6), dtype=torch.float32)
+    tensor(w, "weights", shape=(2, 3, 5, 7), dtype=torch.float32)
+
+
+@SDPA
+@pytest.mark.weight(2)
+def test_sdpa_values(learner):
+    """out and weights equal PyTorch's attention (Lq = 13, Lk = 97, d = 24, dv = 10)"""
+    q, k, v = randn(2, 3, 13, 24, seed=4), randn(2, 3, 97, 24, seed=5), randn(2, 3, 97, 10, seed=6)
+    out, w = sdpa(learner, q, k, v)
+    d = q.shape[-1]
+    mistakes = {
+        "the scores are not scaled: divide q k^T by sqrt(d)": plain_attention(q, k, v, scale=1.0),
+        "the scores are divided by d; divide by sqrt(d)": plain_attention(q, k, v, scale=1 / d),
+        "the scale comes from the size of the values; use d = q.shape[-1], the size of queries and keys":
+            plain_attention(q, k, v, scale=1 / math.sqrt(v.shape[-1])),
+        "softmax over dim -2 (the queries)? Each query's weights over the keys (dim -1) must sum to 1":
+            plain_attention(q, k, v, dim=-2),
+    }
+    close(w, plain_attention(q.double(), k.double(), v.double())[1], "weights",
+          "weights = softmax(q k^T / sqrt(d)) over the keys", baseline=plain_attention(q, k, v)[1],
+          dtype=torch.float32, mistakes={m: ref[1] for m, ref in mistakes.items()})
+    close(out, oracle_attention(q, k, v), "out", "out = weights @ v", baseline=plain_attention(q, k, v)[0],
+          dtype=torch.float32, mistakes={m: ref[0] for m, ref in mistakes.items()})
+
+
+@SDPA
+def test_sdpa_float64(learner):
+    """float64 inputs give float64 results at float64 precision"""
+    q, k, v = (randn(3, 11, 6, seed=s, dtype=torch.float64) for s in (7, 8, 9))
+    out, w = sdpa(learner, q, k, v, what="scaled_dot_product_attention(q, k, v) in float64")
+    close(out, oracle_attention(q, k, v), "out in float64", "compute in the dtype of q (no float32 constants "
+          "or casts)", dtype=torch.float64)
+    close(w, plain_attention(q, k, v)[1], "weights in float64", dtype=torch.float64)
+
+
+@SDPA
+@pytest.mark.weight(2)
+def test_sdpa_mask(learner):
+    """masks (True = may attend) broadcast from (B, 1, Lq, Lk) and (Lq, Lk); masked keys get weight 0"""
+    q, k, v = randn(2, 3, 9, 8, seed=10), randn(2, 3, 17, 8, seed=11), randn(2, 3, 17, 5, seed=12)
+    for mask in (random_mask(2, 1, 9, 17, seed=13), random_mask(9, 17, seed=14)):
+        shape = "x".join(map(str, mask.shape))
+        out, w = sdpa(learner, q, k, v, mask, what=f"scaled_dot_product_attention(q, k, v, mask) with a {shape} mask")
+        tensor(w, "weights", shape=(2, 3, 9, 17))
+        check(not torch.isnan(w).any(), f"weights with a {shape} mask contain NaN, though every query may attend "
+                                        "to some key")
+        inverted = plain_attention(q, k, v, ~mask)
+        inverted_msg = "the mask is inverted: True must mean the query MAY attend to the key"
+        zeroed_after = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), -1) * mask
+        check((w.double().masked_fill(mask, 0) == 0).all() or torch.allclose(w, inverted[1], atol=1e-5),
+              f"with a {shape} mask, masked keys must get weight exactly 0: set their scores to -inf before the softmax")
+        close(w, plain_attention(q.double(), k.double(), v.double(), mask)[1], f"weights with a {shape} mask",
+              "set masked scores to -inf before the softmax, so the allowed keys' weights still sum to 1",
+              baseline=plain_attention(q, k, v, mask)[1], dtype=torch.float32,
+              mistakes={inverted_msg: inverted[1],
+                        "the weights are zeroed after the softmax, so they no longer sum to 1: mask the scores "
+                        "(-inf) before the softmax": zeroed_after})
+        close(out, oracle_attention(q, k, v, mask), f"out with a {shape} mask",
+              baseline=plain_attention(q, k, v, mask)[0], dtype=torch.float32, mistakes={inverted_msg: inverted[0]})
+
+
+@SDPA
+def test_sdpa_fully_masked_rows(learner):
+    """a query with no allowed key gets zero weights and zero output, not NaN"""
+    q, k, v = randn(2, 6, 4, seed=15), randn(2, 5, 4, seed=16), randn(2, 5, 3, seed=17)
+    mask = random_mask(2, 6, 5, seed=18)
+    mask[:, 2] = False
+    mask[1, 4] = False
+    out, w = sdpa(learner, q, k, v, mask, what="scaled_dot_product_attention with rows of the mask all False")
+    tensor(w, "weights", shape=(2, 6, 5))
+    tensor(out, "out", shape=(2, 6, 3))
+    empty = ~mask.any(-1)                                          # (2, 6)
+    check(not torch.isnan(w[empty]).any() and not torch.isnan(out[empty]).any(),
+          "rows with every key masked give NaN (softmax of all -inf is 0/0): give such a query zero weights and "
+          "zero output, e.g. by replacing NaN with 0 or by setting its row's max to 0 before exp")
+    check(torch.allclose(w[empty].double(), torch.zeros(1, dtype=torch.float64)),
+          "a query with every key masked must get zero weights, not uniform ones (filling masked scores with a "
+          "large finite number instead of -inf lets them through when nothing else is left)")
+    check(torch.allclose(out[empty].double(), torch.zeros(1, dtype=torch.float64)),
+          "a query with every key masked must get a zero output")
+    close(out, plain_attention(q.double(), k.double(), v.double(), mask)[0], "out for the rows that have keys",
+          baseline=plain_attention(q, k, v, mask)[0], dtype=torch.float32)
+
+
+@SDPA
+def test_sdpa_large_scores(learner):
+    """scores around 1e4 do not overflow"""
+    q, k, v = randn(2, 7, 16, seed=19, scale=100.0), randn(2, 9, 16, seed=20, scale=100.0), randn(2, 9, 4, seed=21)
+    out, w = sdpa(learner, q, k, v, what="scaled_dot_product_attention(q, k, v) with scores around 1e4")
+    tensor(w, "weights", shape=(2, 7, 9))
+    check(torch.isfinite(w).all() and torch.isfinite(out).all(),
+          "scores around 1e4 give inf or NaN: exp(1e4) overflows; subtract each row's max score before exp "
+          "(or use torch.softmax, which does)")
+    close(out, oracle_attention(q, k, v), "out with scores around 1e4", baseline=plain_attention(q, k, v)[0],
+          dtype=torch.float32)
+
+
+@SDPA
+def test_sdpa_single_key(learner):
+    """seq_len = 1: the only key gets weight 1"""
+    q, k, v = randn(3, 1, 5, seed=22), randn(3, 1, 5, seed=23), randn(3, 1, 2, seed=24)
+    out, w = sdpa(learner, q, k, v, what="scaled_dot_product_attention with Lq = Lk = 1")
+    close(w, torch.ones(3, 1, 1, dtype=torch.float64), "weights with one key", dtype=torch.float32)
+    close(out, v.double(), "out with one key", "with one key, out is its value", dtype=torch.float32)
+
+
+@SDPA
+def test_sdpa_leaves_inputs(learner):
+    """does not modify q, k, v or mask"""
+    q, k, v = randn(2, 4, 8, seed=25), randn(2, 6, 8, seed=26), randn(2, 6, 8, seed=27)
+    mask = random_mask(4, 6, seed=28)
+    _, after = learner.fn("scaled_dot_product_attention", return_args=True)(q, k, v, mask)
+    unchanged([q, k, v, mask], after, "scaled_dot_product_attention")
+
+
+@SDPA
+@given(Lq=st.integers(1, 9), Lk=st.integers(1, 9), d=st.integers(1, 8), seed=st.integers(0, 10_000))
+def test_sdpa_weights_are_distributions(learner, Lq, Lk, d, seed):
+    """each query's weights are >= 0 and sum to 1 over the keys"""
+    q, k, v = randn(2, Lq, d, seed=seed, scale=2.0), randn(2, Lk, d, seed=seed + 1, scale=2.0), randn(2, Lk, 3, seed=seed + 2)
+    mask = random_mask(2, Lq, Lk, seed=seed + 3)
+    _, w = sdpa(learner, q, k, v, mask, what=f"scaled_dot_product_attention with Lq = {Lq}, Lk = {Lk}")
+    w = tensor(w, "weights", shape=(2, Lq, Lk)).double()
+    check((w >= 0).all(), "weights must be >= 0: they come out of a softmax")
+    sums = w.sum(-1)
+    if not torch.allclose(sums, torch.ones_like(sums), atol=1e-5) and Lq > 1 and torch.allclose(
+            w.sum(-2), torch.ones_like(w.sum(-2)), atol=1e-5):
+        raise Diagnosis("the weights sum to 1 along the query axis: softmax over dim -2? Each query's weights over "
+                        "the keys (dim -1) must sum to 1")
+    check(torch.allclose(sums, torch.ones_like(sums), atol=1e-5),
+          f"each query's weights over its allowed keys must sum to 1 (Lq = {Lq}, Lk = {Lk}, with a mask)")
+
+
+@SDPA
+@given(Lq=st.integers(1, 8), Lk=st.integers(2, 8), seed=st.integers(0, 10_000))
+def test_sdpa_permutation(learner, Lq, Lk, seed):
+    """permuting keys and values together changes nothing; permuting queries permutes the output"""
+    q, k, v = (randn(2, n, 4, seed=seed + i, dtype=torch.float64) for i, n in enumerate((Lq, Lk, Lk)))
+    pk, pq = torch.randperm(Lk, generator=seeded(seed)), torch.randperm(Lq, generator=seeded(seed + 9))
+    out = tensor(sdpa(learner, q, k, v)[0], "out", shape=(2, Lq, 4))
+    out_k = tensor(sdpa(learner, q, k[:, pk], v[:, pk])[0], "out", shape=(2, Lq, 4))
+    out_q = tensor(sdpa(learner, q[:, pq], k, v)[0], "out", shape=(2, Lq, 4))
+    check(torch.allclose(out_k, out, atol=1e-9),
+          "permuting the keys and values together changed the output: attention treats the keys as a set, "
+          "each key paired with the value at the same index")
+    check(torch.allclose(out_q, out[:, pq], atol=1e-9),
+          "permuting the queries did not permute the output rows the same way: query i's output depends only on q[i]")
+
+
+# -- causal_mask -----------------------------------------------------------------------------------------
+CAUSAL = pytest.mark.cell("causal_mask_tests")
+
+
+@CAUSAL
+def test_causal_dtype_shape(learner):
+    """a bool tensor of shape (seq_len, seq_len)"""
+    m = learner.fn("causal_mask")(6)
+    tensor(m, "causal_mask(6)", shape=(6, 6))
+    check(m.dtype == torch.bool, f"causal_mask(6) has dtype {m.dtype}: the mask is bool (True = may attend), "
+                                 "not 0/1 numbers or an additive -inf/0 mask")
+
+
+@CAUSAL
+@pytest.mark.weight(2)
+def test_causal_values(learner):
+    """True exactly where key j <= query i"""
+    for L in (5, 97):
+        m = tensor(learner.fn("causal_mask")(L), f"causal_mask({L})", shape=(L, L))
+        expected = torch.ones(L, L, dtype=torch.bool).tril()
+        if torch.equal(m.bool(), expected.tril(-1)):
+            raise Diagnosis("the diagonal must be True: a position may attend to itself (key j <= query i)")
+        if torch.equal(m.bool(), expected.T) or torch.equal(m.bool(), expected.T.triu(1)):
+            raise Diagnosis("the mask is the upper triangle: mask[i, j] (query i, key j) is True where j <= i, "
+                            "the lower triangle, diagonal included")
+        if torch.equal(m.bool(), ~expected):
+            raise Diagnosis("the mask is inverted: True must mean may attend (key j <= query i)")
+        check(torch.equal(m.bool(), expected), f"causal_mask({L}) must be True exactly where key j <= query i")
+
+
+@CAUSAL
+def test_causal_single(learner):
+    """seq_len = 1 gives [[True]]"""
+    m = tensor(learner.fn("causal_mask")(1), "causal_mask(1)", shape=(1, 1))
+    check(bool(m.bool().all()), "causal_mask(1) must be [[True]]: the only position may attend to itself")
+
+
+@CAUSAL
+def test_causal_device(learner):
+    """accepts device, by keyword or position"""
+    for call, what in ((lambda: learner.fn("causal_mask")(4, device="cpu"), 'causal_mask(4, device="cpu")'),
+                       (lambda: learner.fn("causal_mask")(4, "cpu"), 'causal_mask(4, "cpu")')):
+        tensor(call(), what, shape=(4, 4))
+
+
+# -- MultiHeadAttention ----------------------------------------------------------------------------------------
+MHA = pytest.mark.cell("MultiHeadAttention_tests")
+PROJ = ("q_proj", "k_proj", "v_proj", "out_proj")
+
+
+def mha(learner, d_model, n_heads, bias=True, seed=0):
+    """The learner's MultiHeadAttention holding random weights; returns (proxy, state)."""
+    proxy = learner.new("MultiHeadAttention", d_model, n_heads, bias=bias)
+    state = random_mha_state(d_model, bias=bias, seed=seed)
+    load_state(proxy, state, "MultiHeadAttention")
+    return proxy, state
+
+
+@MHA
+def test_mha_structure(learner):
+    """q_proj, k_proj, v_proj, out_proj are nn.Linear(d_model, d_model), with bias only when bias=True"""
+    for bias in (True, False):
+        info = learner.new("MultiHeadAttention", 48, 6, bias=bias).info
+        for name in PROJ:
+            child = info["children"].get(name)
+            check(child is not None and "Linear" in child["mro"],
+                  f"MultiHeadAttention needs an nn.Linear submodule named {name}")
+            check(info["params"].get(f"{name}.weight") == [48, 48],
+                  f"{name} must be nn.Linear(d_model, d_model): all heads share one projection of size d_model")
+            check(info["linear_bias"].get(name) == bias,
+                  f"with bias={bias}, {name} must be built with bias={bias}")
+
+
+@MHA
+def test_mha_value_error(learner):
+    """raises ValueError when n_heads does not divide d_model"""
+    raises(lambda: learner.new("MultiHeadAttention", 50, 6), "ValueError",
+           "MultiHeadAttention(50, 6) must raise ValueError: 6 heads do not divide d_model = 50")
+
+
+def mha_mistakes(state, H, *args, **kw):
+    return {
+        "heads mixed: reshape the projections to (B, L, n_heads, d_head), then transpose to (B, n_heads, L, d_head)":
+            plain_mha(state, H, *args, split="mixed", merge="mixed", **kw),
+        "heads mixed when they are put back: transpose (B, n_heads, Lq, d_head) to (B, Lq, n_heads, d_head) "
+        "before reshaping to (B, Lq, d_model)": plain_mha(state, H, *args, merge="mixed", **kw),
+        "the scores are scaled by 1/sqrt(d_model); each head scales by 1/sqrt(d_head)":
+            plain_mha(state, H, *args, scale_by="d_model", **kw),
+        "out_proj is not applied to the heads put side by side": plain_mha(state, H, *args, out_proj=False, **kw),
+        "the input is not split into n_heads heads": plain_mha(state, 1, *args, scale_by="d_model", **kw),
+    }
+
+
+@MHA
+@pytest.mark.weight(2)
+def test_mha_self_attention(learner):
+    """self-attention equals torch.nn.MultiheadAttention (B = 3, L = 11, d_model = 48, 6 heads)"""
+    proxy, state = mha(learner, 48, 6, seed=1)
+    x = randn(3, 11, 48, seed=30)
+    close(proxy(x), oracle_mha(state, 6, x), "MultiHeadAttention(48, 6)(x)",
+          "compare with torch.nn.MultiheadAttention: project, split into heads, attend, put the heads side by side, "
+          "out_proj", baseline=plain_mha(state, 6, x), dtype=torch.float32, mistakes=mha_mistakes(state, 6, x))
+
+
+@MHA
+def test_mha_cross_attention(learner):
+    """cross-attention with Lq != Lk, and value defaulting to key"""
+    proxy, state = mha(learner, 36, 4, seed=2)
+    query, key, value = randn(2, 5, 36, seed=31), randn(2, 9, 36, seed=32), randn(2, 9, 36, seed=33)
+    close(proxy(query, key, value), oracle_mha(state, 4, query, key, value), "MultiHeadAttention(36, 4)(query, key, value)",
+          "queries come from `query`, keys from `key`, values from `value`", baseline=plain_mha(state, 4, query, key, value),
+          dtype=torch.float32, mistakes={
+              **mha_mistakes(state, 4, query, key, value),
+              "keys and values are projected from `query`; use `key` and `value` when they are given":
+                  plain_mha(state, 4, query)})
+    close(proxy(query, key), oracle_mha(state, 4, query, key, key), "MultiHeadAttention(36, 4)(query, key)",
+          "when value is None, value = key", baseline=plain_mha(state, 4, query, key, key), dtype=torch.float32)
+
+
+@MHA
+def test_mha_mask(learner):
+    """masks broadcast from (Lq, Lk) and (B, 1, Lq, Lk), True = may attend"""
+    proxy, state = mha(learner, 24, 6, seed=3)
+    query, key = randn(2, 7, 24, seed=34), randn(2, 10, 24, seed=35)
+    for mask in (random_mask(7, 10, seed=36), random_mask(2, 1, 7, 10, seed=37)):
+        shape = "x".join(map(str, mask.shape))
+        close(proxy(query, key, mask=mask), oracle_mha(state, 6, query, key, mask=mask),
+              f"MultiHeadAttention with a {shape} mask", "pass the mask to every head's attention",
+              baseline=plain_mha(state, 6, query, key, mask=mask), dtype=torch.float32,
+              mistakes={"the mask is inverted: True must mean may attend": plain_mha(state, 6, query, key, mask=~mask),
+                        "the mask is ignored: pass it to scaled_dot_product_attention": plain_mha(state, 6, query, key)})
+
+
+@MHA
+def test_mha_no_bias(learner):
+    """bias=False matches torch.nn.MultiheadAttention(bias=False)"""
+    proxy, state = mha(learner, 30, 3, bias=False, seed=4)
+    x = randn(2, 8, 30, seed=38)
+    close(proxy(x), oracle_mha(state, 3, x, bias=False), "MultiHeadAttention(30, 3, bias=False)(x)",
+          baseline=plain_mha(state, 3, x), dtype=torch.float32, mistakes=mha_mistakes(state, 3, x))
+
+
+@MHA
+def test_mha_single_position(learner):
+    """seq_len = 1 works"""
+    proxy, state = mha(learner, 16, 4, seed=5)
+    x = randn(3, 1, 16, seed=39)
+    close(proxy(x), oracle_mha(state, 4, x), "MultiHeadAttention(16, 4)(x) for one position",
+          baseline=plain_mha(state, 4, x), dtype=torch.float32)
+
+
+@MHA
+def test_mha_leaves_inputs(learner):
+    """does not modify query, key, value or mask"""
+    proxy, _ = mha(learner, 16, 2, seed=6)
+    args = [randn(2, 4, 16, seed=40), randn(2, 5, 16, seed=41), randn(2, 5, 16, seed=42)]
+    mask = random_mask(4, 5, seed=43)
+    _, after = proxy(*args, mask=mask, return_args=True)
+    unchanged(args, after, "MultiHeadAttention.forward")
+
+
+@MHA
+@given(L=st.integers(2, 9), seed=st.integers(0, 10_000))
+def test_mha_permutation_equivariant(learner, L, seed):
+    """without a mask, permuting the positions permutes the output the same way"""
+    proxy = learner.new("MultiHeadAttention", 12, 3)
+    x = randn(2, L, 12, seed=seed)
+    perm = torch.randperm(L, generator=seeded(seed))
+    out, out_p = proxy(x), proxy(x[:, perm].contiguous())
+    tensor(out, "MultiHeadAttention(12, 3)(x)", shape=(2, L, 12))
+    check(torch.allclose(out_p, out[:, perm], atol=1e-5),
+          "permuting the positions of x did not permute the output the same way: without positions or a mask, "
+          "attention must not depend on the order (is a sequence dimension mixed with the heads or the batch?)")
+
+
+# -- blockwise_attention ---------------------------------------------------------------------------------
+BLOCK = pytest.mark.cell("blockwise_attention_tests")
+
+
+def causal_bool(Lq, Lk, bottom_right=False, strict=False):
+    i, j = torch.arange(Lq)[:, None], torch.arange(Lk)[None, :]
+    j = j - (Lk - Lq) if bottom_right else j
+    return j < i if strict else j <= i
+
+
+def online_without_rescale(q, k, v, block_size):
+    """An online softmax that forgets to rescale what it has summed when the running max grows."""
+    top = q.new_full((*q.shape[:-1], 1), NEG)
+    total, acc = q.new_zeros((*q.shape[:-1], 1)), q.new_zeros((*q.shape[:-1], v.shape[-1]))
+    for s0 in range(0, k.shape[-2], block_size):
+        s = q @ k[..., s0:s0 + block_size, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
+        top = torch.maximum(top, s.amax(-1, keepdim=True))
+        p = torch.exp(s - top)
+        total, acc = total + p.sum(-1, keepdim=True), acc + p @ v[..., s0:s0 + block_size, :]
+    return acc / total
+
+
+def blockwise_mistakes(q, k, v, block_size, causal=False):
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    full = (Lk // block_size) * block_size
+    wrong = {}
+    if causal:
+        wrong["causal=True is ignored"] = plain_attention(q, k, v)[0]
+        wrong["with causal=True, query i sees key j when j <= i: the diagonal must be visible"] = \
+            plain_attention(q, k, v, causal_bool(Lq, Lk, strict=True))[0]
+        if Lq != Lk:
+            wrong["with causal=True, key j is visible to query i when j <= i, counted from the start of both "
+                  "(as F.scaled_dot_product_attention(is_causal=True)), not aligned at the end"] = \
+                plain_attention(q, k, v, causal_bool(Lq, Lk, bottom_right=True))[0]
+    elif full not in (0, Lk):
+        wrong["the last, shorter block of keys is dropped: Lk need not be a multiple of block_size"] = \
+            plain_attention(q, k[..., :full, :], v[..., :full, :])[0]
+    if not causal:
+        wrong["when a block raises the running max from m to m', multiply the running sum and output by "
+              "exp(m - m') before adding the block's terms"] = online_without_rescale(q, k, v, block_size)
+    return wrong
+
+
+def check_blockwise(learner, q, k, v, causal, block_size, what, mistakes=True):
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    out = learner.fn("blockwise_attention")(q, k, v, causal=causal, block_size=block_size)
+    mask = causal_bool(Lq, Lk) if causal else None
+    close(out, oracle_attention(q, k, v, is_causal=causal), what,
+          "online softmax: keep the running max m, sum l and output a; rescale l and a by exp(m - m') when the max grows; "
+          "return a / l", baseline=plain_attention(q, k, v, mask)[0], dtype=q.dtype,
+          mistakes=blockwise_mistakes(q, k, v, block_size, causal) if mistakes else None)
+
+
+@BLOCK
+@pytest.mark.weight(2)
+def test_blockwise_values(learner):
+    """equals softmax attention with Lk = 97 (not a multiple of block_size = 32) and Lq = 50"""
+    q, k, v = randn(2, 3, 50, 16, seed=50), randn(2, 3, 97, 16, seed=51), randn(2, 3, 97, 12, seed=52)
+    k[..., 90:, :] *= 3.0                                     # the last keys raise the running max
+    check_blockwise(learner, q, k, v, False, 32, "blockwise_attention(q, k, v, block_size=32), Lq = 50, Lk = 97")
+
+
+@BLOCK
+def test_blockwise_causal(learner):
+    """causal=True equals F.scaled_dot_product_attention(is_causal=True), Lq = Lk = 97"""
+    q, k, v = randn(2, 97, 8, seed=53), randn(2, 97, 8, seed=54), randn(2, 97, 8, seed=55)
+    check_blockwise(learner, q, k, v, True, 16, "blockwise_attention(q, k, v, causal=True, block_size=16)")
+
+
+@BLOCK
+def test_blockwise_causal_rectangular(learner):
+    """causal=True with Lq != Lk: key j is visible to query i iff j <= i"""
+    for Lq, Lk in ((40, 97), (97, 40)):
+        q, k, v = randn(2, Lq, 8, seed=56), randn(2, Lk, 8, seed=57), randn(2, Lk, 8, seed=58)
+        check_blockwise(learner, q, k, v, True, 16, f"blockwise_attention(causal=True) with Lq = {Lq}, Lk = {Lk}")
+
+
+@BLOCK
+def test_blockwise_large_scores(learner):
+    """scores around 1e4 do not overflow"""
+    q, k, v = randn(2, 20, 16, seed=59, scale=100.0), randn(2, 45, 16, seed=60, scale=100.0), randn(2, 45, 4, seed=61)
+    out = learner.fn("blockwise_attention")(q, k, v, block_size=8)
+    tensor(out, "blockwise_attention with scores around 1e4", shape=(2, 20, 4))
+    check(torch.isfinite(out).all(), "scores around 1e4 give inf or NaN: exponentiate each score minus the running "
+                                     "max, never a raw score")
+    close(out, oracle_attention(q, k, v), "blockwise_attention with scores around 1e4",
+          baseline=plain_attention(q, k, v)[0], dtype=torch.float32)
+
+
+@BLOCK
+def test_blockwise_block_sizes(learner):
+    """block_size = 1, = Lk and > Lk, in float64"""
+    q, k, v = (randn(3, n, 6, seed=62 + i, dtype=torch.float64) for i, n in enumerate((11, 23, 23)))
+    for bs in (1, 23, 64):
+        for causal in (False, True):
+            check_blockwise(learner, q, k, v, causal, bs,
+                            f"blockwise_attention(q, k, v, causal={causal}, block_size={bs}) in float64")
+
+
+@BLOCK
+def test_blockwise_long(learner):
+    """a 4096 x 4096 problem (float32, block_size = 64) runs and is right"""
+    q, k, v = randn(4096, 32, seed=65), randn(4096, 32, seed=66), randn(4096, 32, seed=67)
+    check_blockwise(learner, q, k, v, True, 64, "blockwise_attention for Lq = Lk = 4096, causal=True", mistakes=False)
+
+
+@BLOCK
+def test_blockwise_leaves_inputs(learner):
+    """does not modify q, k or v"""
+    args = [randn(2, 9, 8, seed=68), randn(2, 13, 8, seed=69), randn(2, 13, 8, seed=70)]
+    _, after = learner.fn("blockwise_attention", return_args=True)(*args, causal=True, block_size=4)
+    unchanged(args, after, "blockwise_attention")
+
+
+@BLOCK
+@given(Lq=st.integers(1, 30), Lk=st.integers(1, 30), bs=st.integers(1, 12), causal=st.booleans(),
+       seed=st.integers(0, 10_000))
+def test_blockwise_any_sizes(learner, Lq, Lk, bs, causal, seed):
+    """any Lq, Lk and block_size give softmax attention"""
+    q, k, v = (randn(2, n, 5, seed=seed + i, dtype=torch.float64) for i, n in enumerate((Lq, Lk, Lk)))
+    check_blockwise(learner, q, k, v, causal, bs,
+                    f"blockwise_attention(q, k, v, causal={causal}, block_size={bs}) with Lq = {Lq}, Lk = {Lk}")

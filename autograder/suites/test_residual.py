@@ -1,0 +1,420 @@
+"""Hidden suite: residual (LayerNorm, FeedForward, TransformerBlock).
+
+Oracles: torch.nn.LayerNorm and torch.nn.TransformerEncoderLayer in float64, holding the same random weights as
+the learner's modules; the same layers in float32 set the tolerance (checks.close).
+"""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from autograder.learner import LearnerError
+
+from .checks import Diagnosis, check, close, max_error, randn, seeded, unchanged
+from .test_attention import load_state, oracle_mha, plain_mha, random_mha_state
+
+NORM_PARAMS = ("weight", "bias")
+
+
+# -- trusted baselines: torch's own layers, plain computations and known mistakes ------------------------
+def random_norm_state(d, seed, prefix=""):
+    g = seeded(seed)
+    return {prefix + "weight": (1 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64)).float(),
+            prefix + "bias": (0.5 * torch.randn(d, generator=g, dtype=torch.float64)).float()}
+
+
+def random_ff_state(d, d_ff, seed, prefix=""):
+    g = seeded(seed)
+    r = lambda *shape, scale: (scale * torch.randn(*shape, generator=g, dtype=torch.float64)).float()  # noqa: E731
+    return {prefix + "linear1.weight": r(d_ff, d, scale=1 / math.sqrt(d)), prefix + "linear1.bias": r(d_ff, scale=0.5),
+            prefix + "linear2.weight": r(d, d_ff, scale=1 / math.sqrt(d_ff)), prefix + "linear2.bias": r(d, scale=0.5)}
+
+
+def random_block_state(d, d_ff, seed):
+    return {**random_mha_state(d, seed=seed, prefix="attn."), **random_ff_state(d, d_ff, seed + 1, prefix="ff."),
+            **random_norm_state(d, seed + 2, prefix="norm1."), **random_norm_state(d, seed + 3, prefix="norm2.")}
+
+
+def torch_norm(state, x, eps=1e-5, dtype=torch.float64):
+    with torch.no_grad():
+        return F.layer_norm(x.to(dtype), x.shape[-1:], state["weight"].to(dtype), state["bias"].to(dtype), eps)
+
+
+def norm_baseline(state, x, eps=1e-5):
+    """The float32 LayerNorm (torch's or the plain two-pass one) that is further from the float64 result."""
+    exact = torch_norm(state, x, eps)
+    return max((torch_norm(state, x, eps, dtype=torch.float32), plain_norm(state, x, eps)),
+               key=lambda y: max_error(y, exact))
+
+
+def plain_norm(state, x, eps=1e-5, prefix="", unbiased=False, eps_outside=False, affine=True):
+    mean = x.mean(-1, keepdim=True)
+    var = x.var(-1, keepdim=True, unbiased=unbiased)
+    y = (x - mean) / (var.sqrt() + eps if eps_outside else (var + eps).sqrt())
+    return y * state[prefix + "weight"].to(x.dtype) + state[prefix + "bias"].to(x.dtype) if affine else y
+
+
+def plain_ff(state, x, prefix="", act=torch.relu, act_after=False):
+    w = {k: v.to(x.dtype) for k, v in state.items()}
+    y = F.linear(act(F.linear(x, w[prefix + "linear1.weight"], w[prefix + "linear1.bias"])),
+                 w[prefix + "linear2.weight"], w[prefix + "linear2.bias"])
+    return torch.relu(y) if act_after else y
+
+
+def torch_block(state, d, H, d_ff, norm_first, dtype=torch.float64):
+    layer = torch.nn.TransformerEncoderLayer(d, H, d_ff, dropout=0.0, activation="relu", batch_first=True,
+                                             norm_first=norm_first).to(dtype).eval()
+    s = {k: v.to(dtype) for k, v in state.items()}
+    mapped = {
+        "self_attn.in_proj_weight": torch.cat([s[f"attn.{n}_proj.weight"] for n in "qkv"]),
+        "self_attn.in_proj_bias": torch.cat([s[f"attn.{n}_proj.bias"] for n in "qkv"]),
+        "self_attn.out_proj.weight": s["attn.out_proj.weight"], "self_attn.out_proj.bias": s["attn.out_proj.bias"],
+        **{name: s["ff." + name] for name in ("linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias")},
+        **{name: s[name] for name in ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias")},
+    }
+    layer.load_state_dict(mapped)
+    return layer
+
+
+def oracle_block(state, H, x, mask=None, norm_first=True, dtype=torch.float64):
+    d, d_ff = x.shape[-1], state["ff.linear1.weight"].shape[0]
+    with torch.no_grad():
+        return torch_block(state, d, H, d_ff, norm_first, dtype)(x.to(dtype), src_mask=None if mask is None else ~mask)
+
+
+def plain_block(state, H, x, mask=None, norm_first=True, mistake=None):
+    """The block computed plainly; `mistake` names a known wrong arrangement."""
+    n1, n2 = ("norm2.", "norm1.") if mistake == "norms swapped" else ("norm1.", "norm2.")
+    attn = lambda h: plain_mha(state, H, h, mask=None if mistake == "mask ignored" else mask, prefix="attn.")  # noqa: E731
+    ff = lambda h: plain_ff(state, h, prefix="ff.")  # noqa: E731
+    norm = lambda h, p: plain_norm(state, h, prefix=p)  # noqa: E731
+    keep_attn = 0.0 if mistake == "no attention residual" else 1.0
+    keep_ff = 0.0 if mistake == "no feed-forward residual" else 1.0
+    if mistake == "stream normalised":
+        x = norm(x, n1)
+        x = x + attn(x)
+        x = norm(x, n2)
+        return x + ff(x)
+    if norm_first != (mistake == "placement swapped"):
+        x = keep_attn * x + attn(norm(x, n1))
+        return keep_ff * x + ff(norm(x, n2))
+    x = norm(keep_attn * x + attn(x), n1)
+    return norm(keep_ff * x + ff(x), n2)
+
+
+BLOCK_MISTAKES = {
+    "placement swapped": "Pre-LN/Post-LN placement swapped: with norm_first=True, x = x + attn(norm1(x)) then "
+                         "x = x + ff(norm2(x)); with norm_first=False, x = norm1(x + attn(x)) then x = norm2(x + ff(x))",
+    "no attention residual": "the residual is missing around the attention: add its output to x (x = x + ...)",
+    "no feed-forward residual": "the residual is missing around the feed-forward: add its output to x (x = x + ...)",
+    "norms swapped": "norm1 and norm2 are swapped: norm1 goes with the attention, norm2 with the feed-forward",
+    "stream normalised": "the residual stream itself is normalised: in Pre-LN only what the sublayer reads is, "
+                         "x = x + attn(norm1(x)), and x is carried on unnormalised",
+}
+
+
+def block_mistakes(state, H, x, mask=None, norm_first=True):
+    names = [m for m in BLOCK_MISTAKES if norm_first or m != "stream normalised"]
+    return {BLOCK_MISTAKES[m]: plain_block(state, H, x, mask, norm_first, m) for m in names}
+
+
+# -- LayerNorm -------------------------------------------------------------------------------------------
+LN = pytest.mark.cell("LayerNorm_tests")
+
+
+def layer_norm(learner, d, seed, eps=None):
+    proxy = learner.new("LayerNorm", d) if eps is None else learner.new("LayerNorm", d, eps=eps)
+    state = random_norm_state(d, seed)
+    load_state(proxy, state, "LayerNorm")
+    return proxy, state
+
+
+def ln_mistakes(state, x, eps=1e-5):
+    wrong = {
+        "the variance is unbiased (divided by d_model - 1): LayerNorm divides by d_model":
+            plain_norm(state, x, eps, unbiased=True),
+        "eps is outside the sqrt: divide by sqrt(var + eps), not sqrt(var) + eps": plain_norm(state, x, eps, eps_outside=True),
+        "weight and bias are not applied: out = normalised x * weight + bias": plain_norm(state, x, eps, affine=False),
+    }
+    if eps != 1e-5:
+        wrong["the eps argument is ignored"] = plain_norm(state, x, 1e-5)
+    return wrong
+
+
+@LN
+def test_ln_parameters(learner):
+    """parameters weight (ones) and bias (zeros) of shape (d_model,)"""
+    proxy = learner.new("LayerNorm", 12)
+    for name in NORM_PARAMS:
+        check(proxy.info["params"].get(name) == [12],
+              f"LayerNorm(12) needs a parameter `{name}` of shape (12,) (an nn.Parameter, so that it is learned)")
+    sd = proxy.state_dict()
+    check(torch.equal(sd["weight"], torch.ones(12)) and torch.equal(sd["bias"], torch.zeros(12)),
+          "LayerNorm starts as the plain normalisation: weight = ones, bias = zeros")
+
+
+@LN
+@pytest.mark.weight(2)
+def test_ln_values(learner):
+    """equals torch.nn.LayerNorm with random weight and bias (d_model = 97)"""
+    proxy, state = layer_norm(learner, 97, seed=1)
+    x = randn(3, 7, 97, seed=2, scale=4.0) + 2.0
+    close(proxy(x), torch_norm(state, x), "LayerNorm(97)(x)", "normalise over the last dimension, then * weight + bias",
+          baseline=norm_baseline(state, x), dtype=torch.float32, mistakes={
+              **ln_mistakes(state, x),
+              "the mean and variance are taken over the wrong dimension: normalise each vector (dim -1)":
+                  ((x - x.mean(-2, keepdim=True)) / (x.var(-2, keepdim=True, unbiased=False) + 1e-5).sqrt()
+                   * state["weight"] + state["bias"]),
+          })
+
+
+@LN
+def test_ln_near_constant_rows(learner):
+    """nearly constant rows, where eps inside the sqrt matters"""
+    proxy, state = layer_norm(learner, 16, seed=3)
+    x = randn(4, 6, 1, seed=4, scale=3.0) + randn(4, 6, 16, seed=5, scale=1e-3)      # variance ~ 1e-6
+    x[0, 0] = 1.5                                                                     # an exactly constant row
+    close(proxy(x), torch_norm(state, x), "LayerNorm(16)(x) for nearly constant rows",
+          "divide by sqrt(var + eps), which is not 0 for a constant row", baseline=norm_baseline(state, x),
+          dtype=torch.float32, mistakes=ln_mistakes(state, x))
+
+
+@LN
+def test_ln_custom_eps(learner):
+    """the eps argument is used"""
+    proxy, state = layer_norm(learner, 10, seed=6, eps=1e-2)
+    x = randn(5, 10, seed=7, scale=0.1)
+    close(proxy(x), torch_norm(state, x, eps=1e-2), "LayerNorm(10, eps=1e-2)(x)",
+          baseline=norm_baseline(state, x, eps=1e-2), dtype=torch.float32,
+          mistakes=ln_mistakes(state, x, eps=1e-2))
+
+
+@LN
+def test_ln_leading_dims(learner):
+    """any number of leading dimensions (none, one, three)"""
+    proxy, state = layer_norm(learner, 6, seed=8)
+    for shape in ((6,), (9, 6), (2, 3, 1, 6)):
+        x = randn(*shape, seed=9, scale=2.0)
+        close(proxy(x), torch_norm(state, x), f"LayerNorm(6)(x) for x of shape {shape}", "normalise over dim -1 only",
+              baseline=norm_baseline(state, x), dtype=torch.float32)
+
+
+@LN
+def test_ln_gradients(learner):
+    """gradients for x, weight and bias equal torch.nn.LayerNorm's"""
+    proxy, state = layer_norm(learner, 20, seed=10)
+    x, g = randn(3, 5, 20, seed=11, scale=2.0), randn(3, 5, 20, seed=12)
+    res = proxy.backward(x, grad=g)
+    xd = x.double().requires_grad_(True)
+    w, b = (state[n].double().requires_grad_(True) for n in NORM_PARAMS)
+    F.layer_norm(xd, (20,), w, b, 1e-5).backward(g.double())
+    grads = res.get("input_grads") or [None]
+    check(isinstance(grads[0], torch.Tensor), "no gradient reaches x: compute with differentiable tensor "
+                                              "operations (no .detach(), .item() or torch.no_grad())")
+    close(grads[0], xd.grad, "the gradient for x", "the mean and variance are part of the computation: do not detach "
+          "them", rtol=1e-4, atol=1e-5, dtype=torch.float32)
+    for name, ref in zip(NORM_PARAMS, (w.grad, b.grad)):
+        check(name in res.get("param_grads", {}), f"no gradient reaches `{name}`: it must be an nn.Parameter used "
+                                                  "in forward")
+        close(res["param_grads"][name], ref, f"the gradient for {name}", rtol=1e-4, atol=1e-5, dtype=torch.float32)
+
+
+@LN
+def test_ln_leaves_input(learner):
+    """does not modify x"""
+    proxy, _ = layer_norm(learner, 8, seed=13)
+    x = randn(2, 3, 8, seed=14, scale=3.0)
+    _, after = proxy(x, return_args=True)
+    unchanged([x], after, "LayerNorm.forward")
+
+
+# -- FeedForward -----------------------------------------------------------------------------------------
+FF = pytest.mark.cell("FeedForward_tests")
+
+
+def feed_forward(learner, d, d_ff, seed):
+    proxy = learner.new("FeedForward", d, d_ff)
+    state = random_ff_state(d, d_ff, seed)
+    load_state(proxy, state, "FeedForward")
+    return proxy, state
+
+
+@FF
+def test_ff_structure(learner):
+    """linear1 is nn.Linear(d_model, d_ff), linear2 is nn.Linear(d_ff, d_model), both with bias"""
+    info = learner.new("FeedForward", 12, 40).info
+    for name, shape in (("linear1", [40, 12]), ("linear2", [12, 40])):
+        child = info["children"].get(name)
+        check(child is not None and "Linear" in child["mro"], f"FeedForward needs an nn.Linear submodule named {name}")
+        check(info["params"].get(f"{name}.weight") == shape,
+              f"{name}.weight has shape {info['params'].get(name + '.weight')}, expected {shape}: "
+              "linear1 maps d_model -> d_ff, linear2 maps d_ff -> d_model")
+        check(info["linear_bias"].get(name), f"{name} must have a bias")
+
+
+@FF
+@pytest.mark.weight(2)
+def test_ff_values(learner):
+    """linear2(relu(linear1(x))) with random weights (d_model = 24, d_ff = 97)"""
+    proxy, state = feed_forward(learner, 24, 97, seed=20)
+    x = randn(3, 11, 24, seed=21)
+    close(proxy(x), plain_ff(state, x.double()), "FeedForward(24, 97)(x)", "linear2(relu(linear1(x)))",
+          baseline=plain_ff(state, x), dtype=torch.float32, mistakes={
+              "the ReLU is missing between linear1 and linear2": plain_ff(state, x, act=lambda h: h),
+              "the activation is GELU; this exercise uses ReLU": plain_ff(state, x, act=F.gelu),
+              "a ReLU is applied after linear2 too: the output of the block is linear2(...) as it is":
+                  plain_ff(state, x, act_after=True),
+          })
+
+
+@FF
+def test_ff_leading_dims(learner):
+    """any number of leading dimensions, each position on its own"""
+    proxy, state = feed_forward(learner, 8, 20, seed=22)
+    for shape in ((5, 8), (2, 3, 4, 8)):
+        x = randn(*shape, seed=23)
+        close(proxy(x), plain_ff(state, x.double()), f"FeedForward(8, 20)(x) for x of shape {shape}",
+              "apply the layers to the last dimension, whatever the leading ones", baseline=plain_ff(state, x),
+              dtype=torch.float32)
+
+
+@FF
+def test_ff_leaves_input(learner):
+    """does not modify x"""
+    proxy, _ = feed_forward(learner, 8, 16, seed=24)
+    x = randn(2, 5, 8, seed=25)
+    _, after = proxy(x, return_args=True)
+    unchanged([x], after, "FeedForward.forward")
+
+
+# -- TransformerBlock ------------------------------------------------------------------------------------------
+BLOCK = pytest.mark.cell("TransformerBlock_tests")
+
+
+def new_block(learner, *args):
+    try:
+        return learner.new("TransformerBlock", *args)
+    except LearnerError as e:
+        if e.isa("NameError"):
+            raise Diagnosis(f"your code raised {e}: paste your scaled_dot_product_attention and MultiHeadAttention "
+                            "from the attention exercise into the first cell, and run it") from None
+        raise
+
+
+def block(learner, d, H, d_ff, seed, norm_first=None):
+    args = (d, H, d_ff) if norm_first is None else (d, H, d_ff, norm_first)
+    proxy = new_block(learner, *args)
+    state = random_block_state(d, d_ff, seed)
+    load_state(proxy, state, "TransformerBlock")
+    return proxy, state
+
+
+_PARTS: dict = {}
+
+
+def broken_parts(learner) -> list:
+    """The learner's own parts (MultiHeadAttention, LayerNorm, FeedForward) that give wrong results."""
+    if id(learner) not in _PARTS:
+        broken = []
+        x = randn(2, 5, 12, seed=99)
+        x[0] = randn(5, 1, seed=95) + randn(5, 12, seed=94, scale=1e-3)         # nearly constant rows
+        for name, args, state, expected, baseline in (
+                ("MultiHeadAttention", (12, 3), random_mha_state(12, seed=97), lambda st: oracle_mha(st, 3, x),
+                 lambda st: plain_mha(st, 3, x)),
+                ("LayerNorm", (12,), random_norm_state(12, seed=98), lambda st: torch_norm(st, x),
+                 lambda st: norm_baseline(st, x)),
+                ("FeedForward", (12, 20), random_ff_state(12, 20, seed=96), lambda st: plain_ff(st, x.double()),
+                 lambda st: plain_ff(st, x))):
+            try:
+                proxy = learner.new(name, *args)
+                load_state(proxy, state, name)
+                close(proxy(x), expected(state), name, baseline=baseline(state), dtype=torch.float32)
+            except (Diagnosis, LearnerError):
+                broken.append(name)
+        _PARTS[id(learner)] = broken
+    return _PARTS[id(learner)]
+
+
+def block_close(learner, actual, expected, what, diagnosis, baseline, mistakes):
+    """close() for the block; when it fails because a part it uses is wrong, say so."""
+    try:
+        close(actual, expected, what, diagnosis, baseline=baseline, dtype=torch.float32, mistakes=mistakes)
+    except Diagnosis as e:
+        broken = broken_parts(learner)
+        if not broken:
+            raise
+        raise Diagnosis(f"{e}. The block uses your {' and '.join(broken)}, which give{'s' if len(broken) == 1 else ''} "
+                        "wrong results on {} own (see {} tests): fix {} first".format(
+                            *(("its", "its", "it") if len(broken) == 1 else ("their", "their", "them")))) from None
+
+
+@BLOCK
+def test_block_structure(learner):
+    """submodules attn (MultiHeadAttention), ff (FeedForward), norm1 and norm2 (LayerNorm)"""
+    info = new_block(learner, 24, 6, 40).info
+    for name, kind in (("attn", "MultiHeadAttention"), ("ff", "FeedForward"), ("norm1", "LayerNorm"),
+                       ("norm2", "LayerNorm")):
+        child = info["children"].get(name)
+        check(child is not None and kind in child["mro"], f"TransformerBlock needs a submodule `{name}`, a {kind}")
+    check(info["params"].get("attn.q_proj.weight") == [24, 24] and info["params"].get("ff.linear1.weight") == [40, 24],
+          "build attn as MultiHeadAttention(d_model, n_heads) and ff as FeedForward(d_model, d_ff)")
+
+
+@BLOCK
+@pytest.mark.weight(2)
+def test_block_pre_ln(learner):
+    """Pre-LN (the default) equals nn.TransformerEncoderLayer(norm_first=True), d_model = 48, 6 heads"""
+    proxy, state = block(learner, 48, 6, 80, seed=30)
+    x = randn(3, 13, 48, seed=31)
+    block_close(learner, proxy(x), oracle_block(state, 6, x), "TransformerBlock(48, 6, 80)(x)",
+                "Pre-LN: x = x + attn(norm1(x)), then x = x + ff(norm2(x))",
+                baseline=oracle_block(state, 6, x, dtype=torch.float32), mistakes=block_mistakes(state, 6, x))
+
+
+@BLOCK
+@pytest.mark.weight(2)
+def test_block_post_ln(learner):
+    """norm_first=False equals nn.TransformerEncoderLayer(norm_first=False)"""
+    proxy, state = block(learner, 36, 4, 50, seed=32, norm_first=False)
+    x = randn(2, 9, 36, seed=33)
+    block_close(learner, proxy(x), oracle_block(state, 4, x, norm_first=False),
+                "TransformerBlock(36, 4, 50, norm_first=False)(x)", "Post-LN: x = norm1(x + attn(x)), then x = norm2(x + ff(x))",
+                baseline=oracle_block(state, 4, x, norm_first=False, dtype=torch.float32),
+                mistakes=block_mistakes(state, 4, x, norm_first=False))
+
+
+@BLOCK
+def test_block_mask(learner):
+    """the mask reaches the attention (a causal mask, Pre-LN and Post-LN)"""
+    mask = torch.ones(11, 11, dtype=torch.bool).tril()
+    x = randn(2, 11, 24, seed=34)
+    for norm_first in (True, False):
+        proxy, state = block(learner, 24, 3, 40, seed=35, norm_first=norm_first)
+        block_close(learner, proxy(x, mask), oracle_block(state, 3, x, mask, norm_first),
+                    f"TransformerBlock(norm_first={norm_first})(x, mask) with a causal mask", "pass mask to self.attn",
+                    baseline=oracle_block(state, 3, x, mask, norm_first, dtype=torch.float32),
+                    mistakes={"the mask is not passed to the attention: self.attn(..., mask=mask)":
+                              plain_block(state, 3, x, mask, norm_first, "mask ignored"),
+                              **block_mistakes(state, 3, x, mask, norm_first)})
+
+
+@BLOCK
+def test_block_single_position(learner):
+    """seq_len = 1 works"""
+    proxy, state = block(learner, 16, 2, 24, seed=36)
+    x = randn(4, 1, 16, seed=37)
+    block_close(learner, proxy(x), oracle_block(state, 2, x), "TransformerBlock(16, 2, 24)(x) for one position", "",
+                baseline=oracle_block(state, 2, x, dtype=torch.float32), mistakes=None)
+
+
+@BLOCK
+def test_block_leaves_input(learner):
+    """does not modify x (x = x + ..., not x += ...)"""
+    for norm_first in (True, False):
+        proxy, _ = block(learner, 16, 4, 32, seed=38, norm_first=norm_first)
+        x = randn(2, 6, 16, seed=39)
+        _, after = proxy(x, return_args=True)
+        check(isinstance(after[0], torch.Tensor) and torch.equal(after[0], x),
+              f"TransformerBlock(norm_first={norm_first}).forward modifies x in place: x += ... writes into the "
+              "caller's tensor; write x = x + ...")

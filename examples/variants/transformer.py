@@ -1,0 +1,82 @@
+"""Known answers to the transformer exercise (see autograder/variants.py)."""
+from autograder.variants import Bug, Correct
+
+TINY_NANOGPT = '''class TinyTransformer(nn.Module):
+    def __init__(self, vocab_size, d_model, n_heads, d_ff, n_layers, max_len, norm_first=True):
+        super().__init__()
+        self.d_model, self.max_len = d_model, max_len
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.blocks = nn.ModuleList(TransformerBlock(d_model, n_heads, d_ff, norm_first=norm_first)
+                                    for _ in range(n_layers))
+        self.ln_f = LayerNorm(d_model)
+        self.lm_head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, tokens):
+        B, T = tokens.size()
+        assert T <= self.max_len
+        pos = sinusoidal_encoding(T, self.d_model).to(tokens.device)
+        x = self.tok_emb(tokens) + pos
+        mask = ~torch.triu(torch.ones(T, T, dtype=torch.bool, device=tokens.device), diagonal=1)
+        for block in self.blocks:
+            x = block(x, mask=mask)
+        x = self.ln_f(x)
+        return self.lm_head(x)
+'''
+
+TINY_GPT2_INIT = '''class TinyTransformer(nn.Module):
+    def __init__(self, vocab_size, d_model, n_heads, d_ff, n_layers, max_len, norm_first=True):
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        nn.init.normal_(self.embedding.weight, std=0.02)
+        self.register_buffer("positions", sinusoidal_encoding(max_len, d_model))
+        self.layers = nn.ModuleList()
+        for _ in range(n_layers):
+            self.layers.append(TransformerBlock(d_model, n_heads, d_ff, norm_first))
+        self.final_norm = LayerNorm(d_model)
+        self.unembed = nn.Linear(d_model, vocab_size, bias=False)
+
+    def forward(self, tokens):
+        T = tokens.shape[-1]
+        h = self.embedding(tokens) + self.positions[:T].unsqueeze(0)
+        m = causal_mask(T, tokens.device).unsqueeze(0).unsqueeze(0)      # (1, 1, T, T)
+        for layer in self.layers:
+            h = layer(h, m)
+        return self.unembed(self.final_norm(h))
+'''
+
+VARIANTS = [
+    Correct("nanogpt_names", {"TinyTransformer": TINY_NANOGPT},
+            "nanoGPT's names, the encoding computed in forward, the mask from torch.triu"),
+    Correct("gpt2_init_and_buffer", {"TinyTransformer": TINY_GPT2_INIT},
+            "embeddings initialised with std 0.02, a persistent buffer of positions, a head without bias, "
+            "a (1, 1, T, T) mask"),
+    Bug("no_positions", {"TinyTransformer": TINY_NANOGPT.replace("x = self.tok_emb(tokens) + pos",
+                                                                 "x = self.tok_emb(tokens)")},
+        {"TinyTransformer_tests": "add the sinusoidal encoding"}, "the encoding is computed but never added"),
+    Bug("no_causal_mask", {"TinyTransformer": TINY_NANOGPT.replace("x = block(x, mask=mask)", "x = block(x)")},
+        {"TinyTransformer_tests": "looks ahead"}, "the blocks see the whole sequence"),
+    Bug("embeddings_scaled", {"TinyTransformer": TINY_NANOGPT.replace(
+        "x = self.tok_emb(tokens) + pos", "x = self.tok_emb(tokens) * math.sqrt(self.d_model) + pos")},
+        {"TinyTransformer_tests": "unscaled"}, "Vaswani et al.'s sqrt(d_model) factor, which drowns the positions here"),
+    Bug("logits_transposed", {"TinyTransformer": TINY_NANOGPT.replace("return self.lm_head(x)",
+                                                                      "return self.lm_head(x).transpose(1, 2)")},
+        {"TinyTransformer_tests": "(B, vocab_size, T)"}, "the layout F.cross_entropy wants, returned from forward"),
+    Bug("library_blocks", {"TinyTransformer": '''class TinyTransformer(nn.Module):
+    def __init__(self, vocab_size, d_model, n_heads, d_ff, n_layers, max_len, norm_first=True):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+        self.blocks = nn.ModuleList(nn.TransformerEncoderLayer(d_model, n_heads, d_ff, dropout=0.0, batch_first=True,
+                                                               norm_first=norm_first) for _ in range(n_layers))
+        self.norm = LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size)
+
+    def forward(self, tokens):
+        T = tokens.shape[1]
+        x = self.embed(tokens) + self.pe[:T]
+        blocked = ~causal_mask(T, tokens.device)
+        for block in self.blocks:
+            x = block(x, src_mask=blocked)
+        return self.head(self.norm(x))
+'''}, {"TinyTransformer_tests": "library version"}, "torch.nn.TransformerEncoderLayer as the blocks"),
+]
