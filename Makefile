@@ -6,6 +6,7 @@ PY     := $(BIN)/python
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 CHROMIUM ?= /usr/bin/chromium
 export PYTHONHASHSEED := 0
+export OMP_WAIT_POLICY := PASSIVE
 export CHROMIUM
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 

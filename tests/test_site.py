@@ -1,0 +1,311 @@
+"""The published site, tested in a real browser: Debian's Chromium driven by Playwright, headless,
+against _build/html served on 127.0.0.1, with every request to another host recorded and aborted.
+
+Each page of _toc.yml is opened once; the checks below read what that visit recorded. A full-page
+screenshot of each is written to _build/screenshots/<page>.png so a person can see what was tested.
+The browser is found at $CHROMIUM (default /usr/bin/chromium; `make test` installs it when missing).
+A missing browser or playwright fails these tests: they never skip.
+"""
+import html.parser
+import json
+import os
+import re
+from pathlib import Path
+from urllib.parse import unquote, urldefrag, urlsplit
+
+import pytest
+
+from site_server import ROOT, SiteServer, ensure_built, toc_pages
+
+pytestmark = pytest.mark.xdist_group("book")  # after test_book.py, on its worker: one build per run
+
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+# Headless, and quiet: without these Chromium calls Google's hosts (updates, sync, field trials).
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-default-apps", "--disable-extensions", "--disable-dev-shm-usage",
+                 "--metrics-recording-only", "--no-default-browser-check", "--disable-features=Translate"]
+SHOTS = ROOT / "_build" / "screenshots"
+PAGES = toc_pages()
+SEARCHES = {"residual": "book/residual", "positional": "book/positional_encoding",
+            "attention": "book/attention"}
+
+WAIT_FOR_SITE = """async () => {
+    // MathJax typesets after the load event; its promise settles when the first typeset is done.
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+    const imgs = [...document.images];
+    imgs.forEach(i => { i.loading = "eager"; });
+    const settled = Promise.all(imgs.map(i => i.complete ? null :
+        new Promise(r => { i.addEventListener("load", r); i.addEventListener("error", r); })));
+    await Promise.race([settled, new Promise(r => setTimeout(r, 10000))]);
+    await document.fonts.ready;
+}"""
+
+INSPECT = r"""() => {
+    const math = [...document.querySelectorAll(".math")];
+    return {
+        math: math.length,
+        mathjax: document.querySelectorAll("mjx-container").length,
+        unrendered: math.filter(m => !m.querySelector("mjx-container"))
+                        .map(m => m.textContent.trim().slice(0, 80)),
+        // TeX that MathJax could not read: an merror, or an undefined macro it shows in red.
+        math_errors: (window.MathJax && MathJax.startup && MathJax.startup.document
+                      && MathJax.startup.document.math ? [...MathJax.startup.document.math] : [])
+                        .filter(item => /<merror|<mtext mathcolor="red">\\/
+                                        .test(MathJax.startup.toMML(item.root)))
+                        .map(item => item.math.trim().slice(0, 120)),
+        images: document.images.length,
+        broken_images: [...document.images].filter(i => !(i.complete && i.naturalWidth > 0))
+                        .map(i => i.getAttribute("src") || i.outerHTML.slice(0, 120)),
+        links: [...document.querySelectorAll("a[href]")].map(a => a.href),
+        ids: [...document.querySelectorAll("[id]")].map(e => e.id)
+                .concat([...document.querySelectorAll("a[name]")].map(a => a.name)),
+    };
+}"""
+
+
+# --- the site, the server and the browser ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def site():
+    return ensure_built()
+
+
+@pytest.fixture(scope="module")
+def server(site):
+    with SiteServer(site) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright is not installed: `make install` installs it from requirements.txt")
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's (apt-get install chromium); "
+                    "or set CHROMIUM to a Chromium or Chrome binary")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def context(browser, server):
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900}, service_workers="block")
+    ctx.set_default_timeout(20_000)
+    # Nothing may leave 127.0.0.1: such requests are recorded by the page (below) and aborted here,
+    # so a test never depends on the outside world.
+    ctx.route(lambda url: not _local(url), lambda route: route.abort("blockedbyclient"))
+    yield ctx
+    ctx.close()
+
+
+def _local(url):
+    parts = urlsplit(url)
+    return parts.scheme in ("data", "blob", "about") or parts.hostname == "127.0.0.1"
+
+
+class Watch:
+    """What a page does while it is open: console errors, uncaught exceptions, every request."""
+
+    def __init__(self, page):
+        self.errors, self.requests, self.failed = [], [], []
+        page.on("console", self._console)
+        page.on("pageerror", lambda exc: self.errors.append(f"uncaught {exc.name}: {exc.message}"))
+        page.on("request", lambda req: self.requests.append(req.url))
+        page.on("requestfailed", lambda req: _local(req.url) and self.failed.append(
+            f"{req.url}: {req.failure}"))
+        page.on("response", lambda res: res.status >= 400 and self.failed.append(
+            f"{res.url}: HTTP {res.status}"))
+
+    def _console(self, msg):
+        if msg.type == "error":
+            loc = msg.location or {}
+            self.errors.append(f"{msg.text} ({loc.get('url', '')}:{loc.get('lineNumber', '')})")
+
+    @property
+    def external(self):
+        return sorted({u for u in self.requests if not _local(u)})
+
+
+_visits = {}
+
+
+@pytest.fixture(scope="module")
+def visit(context, server):
+    """Open a page of the book once (cached): wait for MathJax, images and fonts, record, screenshot."""
+    def open_page(name):
+        if name not in _visits:
+            page = context.new_page()
+            watch = Watch(page)
+            response = page.goto(server.url + f"{name}.html", wait_until="load")
+            page.wait_for_load_state("networkidle")
+            page.evaluate(WAIT_FOR_SITE)
+            seen = page.evaluate(INSPECT)
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            shot = SHOTS / f"{Path(name).name}.png"
+            page.screenshot(path=shot, full_page=True)
+            _visits[name] = dict(seen, status=response.status if response else None, url=page.url,
+                                 errors=watch.errors, external=watch.external, failed=watch.failed,
+                                 shot=shot)
+            page.close()
+        return _visits[name]
+    return open_page
+
+
+def _source(name):
+    for suffix in (".md", ".ipynb"):
+        if (ROOT / f"{name}{suffix}").exists():
+            return (ROOT / f"{name}{suffix}").read_text()
+    raise FileNotFoundError(name)
+
+
+def _has_math(source):
+    """Whether MyST source holds math outside code: $...$, $$...$$ or an amsmath environment."""
+    prose = re.sub(r"^(```|~~~)[^\n]*\n.*?^\1[ \t]*$", "", source, flags=re.S | re.M)
+    prose = re.sub(r"`[^`\n]*`", "", prose)
+    return bool(re.search(r"\$[^$\s]|\$\$|\\begin\{(equation|align|gather|multline)", prose))
+
+
+class _Ids(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids = set()
+
+    def handle_starttag(self, tag, attrs):
+        for key, value in attrs:
+            if key == "id" or (tag == "a" and key == "name"):
+                self.ids.add(value)
+
+
+_targets = {}
+
+
+def _fetch(context, url):
+    """(status, ids of the document) of a same-origin URL, fetched once per run."""
+    if url not in _targets:
+        r = context.request.get(url, max_redirects=5)
+        ids = set()
+        if r.ok and "html" in r.headers.get("content-type", ""):
+            parser = _Ids()
+            parser.feed(r.text())
+            ids = parser.ids
+        _targets[url] = (r.status, ids)
+    return _targets[url]
+
+
+# --- every page of the table of contents ---------------------------------------------------------
+
+def test_the_site_root_leads_to_the_book(context, server):
+    page = context.new_page()
+    try:
+        response = page.goto(server.url, wait_until="load")
+        assert response.status == 200
+        page.wait_for_url(f"{server.url}{PAGES[0]}.html", timeout=10_000)
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_page_loads_with_everything_it_asks_for(visit, name):
+    v = visit(name)
+    assert v["status"] == 200, v["url"]
+    assert not v["failed"], f"{name}: requests of the site that failed:\n" + "\n".join(v["failed"])
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_no_console_errors(visit, name):
+    v = visit(name)
+    assert not v["errors"], f"{name}: console errors:\n" + "\n".join(v["errors"])
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_no_request_leaves_the_site(visit, name):
+    v = visit(name)
+    assert not v["external"], f"{name} requested other hosts:\n" + "\n".join(v["external"])
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_math_is_rendered_by_mathjax(visit, name):
+    v = visit(name)
+    if _has_math(_source(name)):
+        assert v["math"] > 0, f"{name}.md has math but the page has no math element"
+        assert v["mathjax"] > 0, f"{name}: MathJax rendered nothing"
+    assert not v["unrendered"], f"{name}: math MathJax did not render: {v['unrendered'][:10]}"
+    assert not v["math_errors"], f"{name}: MathJax errors: {v['math_errors']}"
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_every_image_loads(visit, name):
+    v = visit(name)
+    assert not v["broken_images"], f"{name}: images that did not load: {v['broken_images']}"
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_every_internal_link_resolves(visit, context, server, name):
+    v = visit(name)
+    here = f"{server.url}{name}.html"
+    broken = []
+    for href in sorted(set(v["links"])):
+        if not href.startswith(server.url):
+            continue  # another site (a reference, say): the reader's browser follows it, not ours
+        target, fragment = urldefrag(href)
+        status, ids = _fetch(context, target)
+        if status != 200:
+            broken.append(f"{href}: HTTP {status}")
+        elif fragment and target == here and unquote(fragment) not in set(v["ids"]) | ids:
+            broken.append(f"{href}: no element with id {unquote(fragment)!r} on this page")
+        elif fragment and target != here and unquote(fragment) not in ids:
+            broken.append(f"{href}: no element with id {unquote(fragment)!r} on {target}")
+    assert not broken, f"{name}: broken internal links:\n" + "\n".join(broken)
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_exercise_downloads_are_the_notebooks(visit, context, server, name):
+    v = visit(name)
+    offered = re.findall(r"\{download\}`[^`<]*<([^>`]+\.ipynb)>`", _source(name))
+    links = sorted({urldefrag(h)[0] for h in v["links"]
+                    if h.startswith(server.url + "_downloads/") and h.endswith(".ipynb")})
+    assert len(links) == len(set(offered)), f"{name}: the source offers {offered}, the page links {links}"
+    for link in links:
+        r = context.request.get(link)
+        assert r.status == 200, f"{link}: HTTP {r.status}"
+        notebook = json.loads(r.body())
+        assert isinstance(notebook.get("cells"), list) and notebook["cells"], f"{link} has no cells"
+        assert notebook.get("nbformat") == 4, link
+    for path in offered:
+        release = json.loads((ROOT / name).parent.joinpath(path).resolve().read_text())
+        same = [link for link in links if link.endswith("/" + Path(path).name)]
+        assert same, f"{name}: no download link for {path}"
+        assert json.loads(context.request.get(same[0]).body()) == release, \
+            f"{same[0]} is not the current {path}"
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_screenshot_shows_the_page(visit, name):
+    shot = visit(name)["shot"]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000, shot
+
+
+# --- search ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("word", SEARCHES)
+def test_search_finds_the_chapter(context, server, word):
+    page = context.new_page()
+    watch = Watch(page)
+    try:
+        page.goto(f"{server.url}search.html?q={word}", wait_until="load")
+        page.wait_for_function(
+            "() => /Search finished|did not match/.test("
+            "document.querySelector('#search-results p.search-summary')?.innerText || '')")
+        found = page.eval_on_selector_all("#search-results ul.search li a", "as => as.map(a => a.href)")
+    finally:
+        page.close()
+    pages = {urldefrag(h)[0].removeprefix(server.url) for h in found}
+    assert f"{SEARCHES[word]}.html" in pages, f"searching {word!r} found {sorted(pages)}"
+    assert not watch.errors, f"search for {word!r}: console errors:\n" + "\n".join(watch.errors)
+    assert not watch.external, f"search for {word!r} requested other hosts: {watch.external}"
