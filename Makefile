@@ -44,5 +44,14 @@ $(CHROMIUM):
 test: install $(CHROMIUM)
 	$(BIN)/pytest -n 2 --dist loadgroup tests
 
+# Measurements, not pass/fail: speed against torch's own layers, memory, calibration, grading time.
+bench: install
+	$(PY) bench/speed.py
+	$(PY) bench/class_grading.py
+
+# On a CUDA machine: the GPU tests and benchmarks, results in _build/gpu-check.txt.
+gpu-check: install
+	bash bench/gpu_check.sh
+
 clean:
 	rm -rf _build

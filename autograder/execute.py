@@ -39,7 +39,6 @@ class Client(NotebookClient):
     max_chars = 100_000
 
     def output(self, outs, msg, display_id, cell_index):
-        cell = self.nb.cells[cell_index]
         if sum(len(o.get("text", "")) for o in outs) > self.max_chars:
             return None
         return super().output(outs, msg, display_id, cell_index)

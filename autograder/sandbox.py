@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import ROOT
 
 GIB = 1 << 30
 # Files the sandbox may see from the autograder: the worker side of the protocol only.

@@ -4,7 +4,6 @@ A class of red-team learners (tests/attacks.py) is graded in one batch; the test
 attack gained anything, that every other learner's grade is exactly as expected, that no hidden
 test text reached any output, and that no process outlives the grading.
 """
-import json
 import os
 import socket
 import threading

@@ -1,8 +1,6 @@
 """One source per exercise: exercises/ is generated from solutions/, and nothing secret leaks."""
 import filecmp
 import re
-import subprocess
-import sys
 
 import nbformat
 import pytest

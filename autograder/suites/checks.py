@@ -110,10 +110,19 @@ def known_mistake(actual, mistakes: dict, default: str) -> str:
     return default
 
 
+def module_targets(learner, reference_worker, name: str, *args, same_weights: bool = True):
+    """The same module built in the learner's worker and in the reference worker, as timing targets."""
+    ref = reference_worker.new(name, *args)
+    mine = learner.new(name, *args)
+    if same_weights:
+        mine.load_state_dict(ref.state_dict())
+    return Target(learner, name, mine.handle), Target(reference_worker, name, ref.handle)
+
+
 def fast_enough(learner_target: Target, reference_target: Target, inputs: list[dict], what: str,
-                calls: int = 1, kwargs: dict | None = None, factor: float = SPEED_FACTOR):
+                calls: int = 1, kwargs: dict | None = None, factor: float = SPEED_FACTOR, same_output: bool = True):
     """The learner's code runs within `factor` of the reference on fresh inputs (autograder.timing)."""
-    result = compare(learner_target, reference_target, inputs, kwargs=kwargs, calls=calls)
+    result = compare(learner_target, reference_target, inputs, kwargs=kwargs, calls=calls, same_output=same_output)
     check(result.mismatch is None, f"{what}: {result.mismatch}")
     check(result.ratio <= factor,
           f"{what} takes {result.ratio:.1f}x the time of the reference solution (allowed {factor:g}x): "

@@ -11,7 +11,10 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from .checks import Diagnosis, check, close, randn, raises, seeded, tensor, unchanged
+from autograder.timing import Target
+
+from .checks import (Diagnosis, check, close, fast_enough, module_targets, randn, raises, seeded, tensor,
+                     unchanged)
 
 A = "attention"
 NEG = float("-inf")
@@ -582,3 +585,44 @@ def test_blockwise_any_sizes(learner, Lq, Lk, bs, causal, seed):
     q, k, v = (randn(2, n, 5, seed=seed + i, dtype=torch.float64) for i, n in enumerate((Lq, Lk, Lk)))
     check_blockwise(learner, q, k, v, causal, bs,
                     f"blockwise_attention(q, k, v, causal={causal}, block_size={bs}) with Lq = {Lq}, Lk = {Lk}")
+
+
+# -- speed and memory (autograder.timing: a clock and a memory measure the learner cannot touch) -------
+@SDPA
+def test_sdpa_speed(learner, reference_worker):
+    """runs about as fast as the reference solution (no Python loop over positions)"""
+    ref = reference_worker(A)
+    fast_enough(Target(learner, "scaled_dot_product_attention"), Target(ref, "scaled_dot_product_attention"),
+                [{"kind": "randn", "shape": [1, 2, 256, 16]}] * 3, "scaled_dot_product_attention", calls=40)
+
+
+@MHA
+def test_mha_speed(learner, reference_worker):
+    """runs about as fast as the reference solution (all heads at once)"""
+    mine, ref = module_targets(learner, reference_worker(A), "MultiHeadAttention", 64, 4)
+    fast_enough(mine, ref, [{"kind": "randn", "shape": [2, 128, 64]}], "MultiHeadAttention", calls=20)
+
+
+@BLOCK
+def test_blockwise_speed(learner, reference_worker):
+    """runs about as fast as the reference solution (a loop over key blocks, not over positions)"""
+    ref = reference_worker(A)
+    fast_enough(Target(learner, "blockwise_attention"), Target(ref, "blockwise_attention"),
+                [{"kind": "randn", "shape": [1, 2, 512, 16]}] * 3, "blockwise_attention", calls=10)
+
+
+@BLOCK
+@pytest.mark.weight(2)
+def test_blockwise_memory(learner):
+    """extra memory O(Lq * block_size): never the whole Lq x Lk score matrix"""
+    L, d = 8192, 16
+    learner.request({"op": "prepare", "seed": 3, "inputs": [{"kind": "randn", "shape": [1, 1, L, d]}] * 3,
+                     "kwargs": {"block_size": 64}}, what="blockwise_attention (prepare)")
+    learner.reset_peak_memory()
+    base = learner.peak_memory()
+    learner.request({"op": "run", "name": "blockwise_attention"}, timeout=120, what="blockwise_attention (run)")
+    extra, matrix = learner.peak_memory() - base, L * L * 4
+    check(extra < matrix / 8,
+          f"blockwise_attention at Lq = Lk = {L} used {extra / 2**20:.0f} MiB of extra memory, while the whole "
+          f"score matrix is {matrix / 2**20:.0f} MiB: process one block of keys at a time and never build an "
+          "Lq x Lk matrix")

@@ -11,8 +11,10 @@ import torch.nn.functional as F
 
 from autograder.learner import LearnerError
 
-from .checks import Diagnosis, check, close, max_error, randn, seeded, unchanged
+from .checks import Diagnosis, check, close, fast_enough, max_error, module_targets, randn, seeded, unchanged
 from .test_attention import load_state, oracle_mha, plain_mha, random_mha_state
+
+A = "residual"
 
 NORM_PARAMS = ("weight", "bias")
 
@@ -418,3 +420,10 @@ def test_block_leaves_input(learner):
         check(isinstance(after[0], torch.Tensor) and torch.equal(after[0], x),
               f"TransformerBlock(norm_first={norm_first}).forward modifies x in place: x += ... writes into the "
               "caller's tensor; write x = x + ...")
+
+
+@BLOCK
+def test_block_speed(learner, reference_worker):
+    """runs about as fast as the reference solution"""
+    mine, ref = module_targets(learner, reference_worker(A), "TransformerBlock", 64, 4, 128)
+    fast_enough(mine, ref, [{"kind": "randn", "shape": [2, 64, 64]}], "TransformerBlock", calls=20)

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from autograder.learner import LearnerError
 
-from .checks import Diagnosis, check, seeded, tensor
+from .checks import Diagnosis, check, fast_enough, module_targets, seeded, tensor
+
+A = "transformer"
 
 TINY = pytest.mark.cell("TinyTransformer_tests")
 
@@ -150,3 +152,12 @@ def test_tiny_trains(learner):
           f"sequences (at least {ACCURACY} expected; the course's model reaches 1.0). It stays near 0.3 when the model "
           "cannot tell positions apart: add the sinusoidal encoding to the token embeddings (unscaled: multiplied by "
           "sqrt(d_model), the embeddings drown the positions), and give every block the same causal mask")
+
+
+@TINY
+def test_tiny_speed(learner, reference_worker):
+    """the forward pass runs about as fast as the reference solution"""
+    mine, ref = module_targets(learner, reference_worker(A), "TinyTransformer", 16, 64, 4, 128, 2, 64,
+                               same_weights=False)
+    fast_enough(mine, ref, [{"kind": "tokens", "shape": [2, 64], "high": 16}], "TinyTransformer forward", calls=10,
+                same_output=False)

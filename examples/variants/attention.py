@@ -138,6 +138,18 @@ BLOCKWISE_F64 = '''def blockwise_attention(q, k, v, causal=False, block_size=64)
     return (out / run_sum).to(dtype)
 '''
 
+SDPA_QUERY_LOOP = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    rows, weights = [], []
+    for i in range(q.shape[-2]):                                      # one query position at a time
+        s = q[..., i:i + 1, :] @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            s = s.masked_fill(~mask.expand(*s.shape[:-2], q.shape[-2], k.shape[-2])[..., i:i + 1, :], float("-inf"))
+        w = torch.softmax(s, dim=-1).nan_to_num(0.0)
+        rows.append(w @ v)
+        weights.append(w)
+    return torch.cat(rows, dim=-2), torch.cat(weights, dim=-2)
+'''
+
 VARIANTS = [
     Correct("softmax_einsum", {"scaled_dot_product_attention": SDPA_SOFTMAX, "causal_mask": CAUSAL_ARANGE,
                                "MultiHeadAttention": MHA_EINSUM, "blockwise_attention": BLOCKWISE_LIST},
@@ -188,4 +200,14 @@ VARIANTS = [
     Bug("blockwise_library", {"blockwise_attention": '''def blockwise_attention(q, k, v, causal=False, block_size=64):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 '''}, {"blockwise_attention_tests": "library version"}, "calls F.scaled_dot_product_attention"),
+    Bug("sdpa_query_loop", {"scaled_dot_product_attention": SDPA_QUERY_LOOP},
+        {"scaled_dot_product_attention_tests": "vectorise it", "MultiHeadAttention_tests": "vectorise it"},
+        "correct, but a Python loop over query positions; the learner's MultiHeadAttention inherits the slowness"),
+    Bug("blockwise_full_matrix", {"blockwise_attention": '''def blockwise_attention(q, k, v, causal=False, block_size=64):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])               # (..., Lq, Lk): the whole matrix
+    if causal:
+        Lq, Lk = s.shape[-2], s.shape[-1]
+        s = s.masked_fill(torch.ones(Lq, Lk, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+'''}, {"blockwise_attention_tests": "never build an Lq x Lk matrix"}, "exact, but holds the whole score matrix"),
 ]

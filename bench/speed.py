@@ -1,0 +1,156 @@
+"""Speed and memory measurements (`make bench`): numbers, not pass/fail.
+
+1. The reference solutions against torch's own layers, CPU time per call (ratio > 1: ours slower).
+2. blockwise_attention's peak extra memory against sequence length, next to plain attention's.
+3. The speed check's calibration: the reference timed against itself and a Python loop over query
+   positions timed against the reference, N gradings each: the ratio's median, min and max.
+4. Grading time per notebook through the hidden suites (reference solution).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autograder import hidden, variants  # noqa: E402
+from autograder.learner import Learner  # noqa: E402
+from autograder.notebooks import learner_cells, read, reference_namespace, source_notebook  # noqa: E402
+from autograder.suites.checks import SPEED_FACTOR  # noqa: E402
+from autograder.timing import Target, compare  # noqa: E402
+
+LOOP_SDPA = '''import math
+import torch
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    rows, weights = [], []
+    for i in range(q.shape[-2]):
+        s = q[..., i:i + 1, :] @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            s = s.masked_fill(~mask[..., i:i + 1, :], float("-inf"))
+        w = torch.softmax(s, dim=-1).nan_to_num(0.0)
+        rows.append(w @ v)
+        weights.append(w)
+    return torch.cat(rows, dim=-2), torch.cat(weights, dim=-2)
+'''
+
+
+def cpu_time(fn, reps=20):
+    times = []
+    for _ in range(reps):
+        t0 = time.process_time()
+        fn()
+        times.append(time.process_time() - t0)
+    return statistics.median(times)
+
+
+def table(title, header, rows):
+    print(f"\n{title}")
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    for row in [header, *rows]:
+        print("  " + "  ".join(str(x).rjust(w) for x, w in zip(row, widths)))
+
+
+def vs_torch():
+    torch.set_num_threads(1)
+    att, res = reference_namespace("attention"), reference_namespace("residual")
+    rows = []
+    with torch.no_grad():
+        for B, H, L, d in [(1, 2, 256, 16), (4, 8, 512, 64)]:
+            q, k, v = (torch.randn(B, H, L, d) for _ in range(3))
+            ours = cpu_time(lambda: att["scaled_dot_product_attention"](q, k, v))
+            theirs = cpu_time(lambda: F.scaled_dot_product_attention(q, k, v))
+            rows.append(["scaled_dot_product_attention", f"{B}x{H}x{L}x{d}", f"{ours*1e3:.2f}", f"{theirs*1e3:.2f}",
+                         f"{ours/theirs:.2f}"])
+        for B, L, D, H in [(2, 128, 64, 4), (4, 512, 256, 8)]:
+            x = torch.randn(B, L, D)
+            mha = att["MultiHeadAttention"](D, H).eval()
+            ref = torch.nn.MultiheadAttention(D, H, batch_first=True).eval()
+            ours = cpu_time(lambda: mha(x))
+            theirs = cpu_time(lambda: ref(x, x, x, need_weights=False))
+            rows.append(["MultiHeadAttention", f"{B}x{L}x{D} h{H}", f"{ours*1e3:.2f}", f"{theirs*1e3:.2f}",
+                         f"{ours/theirs:.2f}"])
+            blk = res["TransformerBlock"](D, H, 4 * D).eval()
+            enc = torch.nn.TransformerEncoderLayer(D, H, 4 * D, dropout=0.0, batch_first=True, norm_first=True).eval()
+            ours = cpu_time(lambda: blk(x))
+            theirs = cpu_time(lambda: enc(x))
+            rows.append(["TransformerBlock", f"{B}x{L}x{D} h{H}", f"{ours*1e3:.2f}", f"{theirs*1e3:.2f}",
+                         f"{ours/theirs:.2f}"])
+    table("Reference solutions against torch's own layers (CPU, 1 thread, median CPU ms per call)",
+          ["layer", "shape", "ours ms", "torch ms", "ratio"], rows)
+
+
+def blockwise_memory():
+    worker = Learner(learner_cells(read(source_notebook("attention"))))
+    rows = []
+    try:
+        for L in (1024, 2048, 4096, 8192):
+            inputs = [{"kind": "randn", "shape": [1, 1, L, 64]}] * 3
+            peaks = {}
+            for name in ("blockwise_attention", "scaled_dot_product_attention"):
+                worker.request({"op": "prepare", "seed": 0, "inputs": inputs, "kwargs": {}}, what="prepare")
+                worker.reset_peak_memory()
+                base = worker.peak_memory()
+                worker.request({"op": "run", "name": name}, timeout=300, what=name)
+                peaks[name] = (worker.peak_memory() - base) / 2**20
+            rows.append([L, f"{L * L * 4 / 2**20:.0f}", f"{peaks['blockwise_attention']:.1f}",
+                         f"{peaks['scaled_dot_product_attention']:.1f}"])
+    finally:
+        worker.close()
+    table("Peak extra memory of one call, MiB (kernel VmHWM of the sandboxed worker), d=64, block_size=64",
+          ["L", "L x L float32", "blockwise", "full attention"], rows)
+
+
+def calibration(n):
+    ref = Learner(learner_cells(read(source_notebook("attention"))))
+    same = Learner(learner_cells(read(source_notebook("attention"))))
+    loop = Learner([{"id": "loop", "source": LOOP_SDPA}])
+    inputs = [{"kind": "randn", "shape": [1, 2, 256, 16]}] * 3
+    rows = []
+    try:
+        for label, proxy in (("reference vs reference", same), ("loop over queries vs reference", loop)):
+            ratios, spreads = [], []
+            for i in range(n):
+                c = compare(Target(proxy, "scaled_dot_product_attention"), Target(ref, "scaled_dot_product_attention"),
+                            inputs, calls=40, seed=1000 * i)
+                ratios.append(c.ratio if c.mismatch is None else float("inf"))
+                spreads.append(c.spread())
+            fails = sum(r > SPEED_FACTOR for r in ratios)
+            rows.append([label, n, f"{statistics.median(ratios):.2f}", f"{min(ratios):.2f}", f"{max(ratios):.2f}",
+                         f"{statistics.median(spreads) * 100:.1f}%", f"{fails}/{n}"])
+    finally:
+        for w in (ref, same, loop):
+            w.close()
+    table(f"Speed check calibration: scaled_dot_product_attention, 1x2x256x16, 40 calls per run, "
+          f"allowed ratio {SPEED_FACTOR:g}",
+          ["comparison", "gradings", "median ratio", "min", "max", "run-to-run spread", "failed"], rows)
+
+
+def grading_time(assignments):
+    rows = []
+    for asg in assignments:
+        t0 = time.perf_counter()
+        verdicts = hidden.grade(variants.submission(asg), asg)
+        rows.append([asg, f"{time.perf_counter() - t0:.1f}", f"{sum(v.score for v in verdicts.values()):g}/"
+                     f"{sum(v.points for v in verdicts.values()):g}"])
+    table("Hidden-suite grading time per notebook (reference solution), seconds", ["assignment", "s", "score"], rows)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--gradings", type=int, default=20)
+    a = p.parse_args()
+    vs_torch()
+    blockwise_memory()
+    calibration(a.gradings)
+    grading_time(sorted(d.name for d in (Path(__file__).resolve().parent.parent / "solutions").iterdir()))
+
+
+if __name__ == "__main__":
+    main()
