@@ -43,7 +43,7 @@ class Comparison:
 
     @property
     def ratio(self) -> float:
-        return statistics.median(self.learner) / statistics.median(self.reference)
+        return statistics.median(self.learner) / max(statistics.median(self.reference), 1e-9)
 
     def spread(self, which: str = "reference") -> float:
         xs = getattr(self, which)
