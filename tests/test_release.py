@@ -71,14 +71,17 @@ def solution_lines():
 
 
 def suite_lines():
-    """Lines of the hidden suites, which must never reach a learner at all."""
+    """Lines of the hidden suites, which must never reach a learner at all (less the lines they share
+    with the solutions: a learner's own notebook may hold those)."""
     secrets = set()
     for asg in ASSIGNMENTS:
         for ln in hidden.suite_path(asg).read_text().splitlines():
             ln = ln.strip()
             if len(ln) >= 30 and not ln.startswith(("#", '"""', "import", "from")):
                 secrets.add(ln)
-    return secrets
+    solutions = "\n".join(c.source for asg in ASSIGNMENTS for c in notebooks.read(notebooks.source_notebook(asg)).cells
+                          if notebooks.is_solution(c))
+    return {ln for ln in secrets if ln not in solutions}
 
 
 def secret_lines():
