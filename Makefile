@@ -47,7 +47,6 @@ test: install $(CHROMIUM)
 # Measurements, not pass/fail: speed against torch's own layers, memory, calibration, grading time.
 bench: install
 	$(PY) bench/speed.py
-	$(PY) bench/class_grading.py
 
 # On a CUDA machine: the GPU tests and benchmarks, results in _build/gpu-check.txt.
 gpu-check: install
