@@ -162,6 +162,8 @@ class Sandbox:
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n,
             "GRADER_THREADS": n, "MPLBACKEND": "Agg", "JUPYTER_PLATFORM_DIRS": "1",
+            # A fixed threshold: freed tensors go back to the kernel, so peak RSS measures live memory.
+            "MALLOC_MMAP_THRESHOLD_": "262144",
             "LANG": "C.UTF-8", "GRADER_DEVICE": os.environ.get("GRADER_DEVICE", "cpu"),
             "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "") if _gpu() else "",
         }

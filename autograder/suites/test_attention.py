@@ -616,13 +616,15 @@ def test_blockwise_speed(learner, reference_worker):
 def test_blockwise_memory(learner):
     """extra memory O(Lq * block_size): never the whole Lq x Lk score matrix"""
     L, d = 8192, 16
+    small = torch.randn(1, 1, 256, d)
+    learner.fn("blockwise_attention")(small, small, small)   # thread pools and caches are not the answer's memory
     learner.request({"op": "prepare", "seed": 3, "inputs": [{"kind": "randn", "shape": [1, 1, L, d]}] * 3,
                      "kwargs": {"block_size": 64}}, what="blockwise_attention (prepare)")
     learner.reset_peak_memory()
     base = learner.peak_memory()
     learner.request({"op": "run", "name": "blockwise_attention"}, timeout=120, what="blockwise_attention (run)")
     extra, matrix = learner.peak_memory() - base, L * L * 4
-    check(extra < matrix / 8,
+    check(extra < matrix / 4,
           f"blockwise_attention at Lq = Lk = {L} used {extra / 2**20:.0f} MiB of extra memory, while the whole "
           f"score matrix is {matrix / 2**20:.0f} MiB: process one block of keys at a time and never build an "
           "Lq x Lk matrix")
