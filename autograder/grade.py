@@ -6,6 +6,7 @@ notebook where nbgrader collects it), `autograde`, `feedback`, and `scores` (rea
 """
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,11 @@ DEFAULT_DIR = Path(__file__).resolve().parent.parent / "_build" / "grading"
 
 def db_url(grading_dir: Path) -> str:
     return "sqlite:///" + str(Path(grading_dir).resolve() / "gradebook.db")
+
+
+def gradebook_url(grading_dir: Path | None, url: str | None = None) -> str:
+    """The gradebook nbgrader_config.py picks: `url`, else GRADEBOOK_URL, else the grading folder's SQLite file."""
+    return url or os.environ.get("GRADEBOOK_URL") or db_url(grading_dir)
 
 
 def prepare(grading_dir: Path, assignments: list[str], fresh: bool = True):
@@ -68,10 +74,10 @@ class CellScore:
     comment: str | None
 
 
-def scores(grading_dir: Path, assignments: list[str]) -> list[CellScore]:
-    """Every graded cell of every learner, from the gradebook."""
+def scores(grading_dir: Path | None, assignments: list[str], url: str | None = None) -> list[CellScore]:
+    """Every graded cell of every learner, from the gradebook (see `gradebook_url`)."""
     rows = []
-    with Gradebook(db_url(grading_dir)) as gb:
+    with Gradebook(gradebook_url(grading_dir, url)) as gb:
         for student in sorted(s.id for s in gb.students):
             for asg in assignments:
                 try:

@@ -1,0 +1,478 @@
+"""Grade a whole class in parallel: one real `nbgrader autograde --student=<learner>` per Dask task.
+
+    python -m autograder.classgrade ASSIGNMENT [--scheduler ADDRESS] [--workers N] [--grading-dir DIR]
+                                    [--learners A,B,...] [--timeout S] [--retries N]
+                                    [--no-feedback] [--no-report] [--no-progress]
+
+Every learner who submitted the assignment (a folder `<grading-dir>/submitted/<learner>/<assignment>/`)
+becomes one task on Dask distributed.  The task runs nbgrader's own command for that learner only,
+`nbgrader autograde ASSIGNMENT --force --student=<learner>` (through `autograder.grade.autograde`),
+as a subprocess of the Dask worker, so the sandboxed execution and the hidden suites run exactly
+as in a serial `nbgrader autograde`; the task returns only a small record (exit code, seconds,
+reason of a failure).  Then `nbgrader generate_feedback` runs for the graded learners, split into
+one task per worker, and the class report (`autograder.report`) is written into
+`<grading-dir>/report/<assignment>/`.  A progress bar with the estimated time left runs on stderr;
+a summary (graded, failed with reasons, wall time, mean time per learner) ends on stdout.
+
+The grading folder and the gradebook must exist: `nbgrader generate_assignment` (or
+`autograder.grade.prepare`) records the assignment in the gradebook first.
+
+Where it runs
+-------------
+Without `--scheduler`, an embedded `LocalCluster`: one worker process per core (`--workers N` to
+change), one thread each, so one learner per core at a time; the nbgrader process and its sandboxes
+inherit the Dask worker's one-thread settings for OpenMP/MKL/OpenBLAS.
+
+With `--scheduler tcp://HOST:8786`, the tasks go to an existing Dask cluster (`--workers N` then
+waits until N workers have joined).  Every worker must see the course at the same path as this
+machine (the repository root, with its `.venv`), and the grading folder at the same path: a shared
+filesystem.  The workers run the course's Python (`.venv/bin/python`, which finds `nbgrader` beside
+itself); each task puts the course root on its worker's `sys.path` (the scheduler needs nothing of
+the course).  For a
+cluster, use a PostgreSQL gradebook (below): SQLite's locking over a network filesystem is not
+reliable.  On Slurm GPU nodes with dask-jobqueue (`pip install dask-jobqueue` where the scheduler runs):
+
+    from dask_jobqueue import SLURMCluster
+    cluster = SLURMCluster(
+        queue="gpu", cores=8, processes=8, memory="64GB", walltime="02:00:00",
+        job_extra_directives=["--gres=gpu:1"],
+        python="/shared/course/.venv/bin/python",
+        job_script_prologue=["cd /shared/course",
+                             "export GRADEBOOK_URL=postgresql+psycopg2://grader@dbhost/gradebook"],
+    )
+    cluster.scale(jobs=4)                    # 4 nodes x 8 workers, one learner per core
+    print(cluster.scheduler_address)         # keep this Python process running
+
+and, from the course root on a machine that sees the same files:
+
+    GRADEBOOK_URL=postgresql+psycopg2://grader@dbhost/gradebook \\
+    GRADING_DIR=/shared/course/_build/grading \\
+        .venv/bin/python -m autograder.classgrade positional_encoding --scheduler tcp://HOST:PORT --workers 32
+
+Without dask-jobqueue the same cluster is a `dask scheduler` on a login node and an `sbatch` job per
+node running `.venv/bin/dask worker tcp://HOST:8786 --nworkers 8 --nthreads 1` from `/shared/course`.
+
+The gradebook
+-------------
+SQLite (`<grading-dir>/gradebook.db`) by default; any database nbgrader's `db_url` accepts through
+the `GRADEBOOK_URL` environment variable, e.g. PostgreSQL:
+`postgresql+psycopg2://USER:PASSWORD@HOST:PORT/DATABASE` (the `psycopg2-binary` driver is installed).
+Each task passes the same URL to its nbgrader process.
+
+Concurrent writers to one SQLite file: nbgrader's transactions are short (a learner's submission rows,
+then one commit per graded cell), but a writer that finds the file locked waits only for Python's
+default busy timeout of 5 s and then fails the whole autograde with `sqlite3.OperationalError:
+database is locked`.  `bench/gradebook_locks.py` reproduces this with a few dozen processes writing
+autograde-shaped transactions at once.  So for SQLite the URL gets a busy timeout,
+`sqlite:///.../gradebook.db?timeout=60` (SQLAlchemy passes it to `sqlite3.connect`), which makes a
+writer wait for the lock instead of failing; and, as a second line, a learner whose autograde still
+failed with a lock error (SQLite's, or a PostgreSQL deadlock or serialization failure) is graded again,
+up to `--retries` times with a randomised back-off: `nbgrader autograde --force` for one learner is
+idempotent.  PostgreSQL locks rows, not the file, and needs neither.
+
+Failures
+--------
+A learner whose autograde fails (non-zero exit, or still running after `--timeout` seconds, when
+its whole process tree is killed) is reported with the exit code and the last error lines of its
+log, `<grading-dir>/logs/<assignment>/<learner>.log`; the other learners are graded all the same.
+The exit status is 0 when every learner was graded and feedback written, 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import ROOT, grade
+from .release import nbgrader
+
+SQLITE_BUSY_TIMEOUT_S = 60
+DEFAULT_TIMEOUT_S = 1800.0
+DEFAULT_RETRIES = 2
+LOCK_ERROR = re.compile(r"database is locked|database table is locked|deadlock detected|"
+                        r"could not serialize access|could not obtain lock", re.I)
+_GENERIC = ("There was an error processing assignment", "Please see the the above traceback",
+            "Please see the above traceback")
+_LOGGED = re.compile(r"^\[\w+ \| (?:ERROR|CRITICAL)\]\s*")
+_EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)\b:?")
+
+
+@dataclass
+class Outcome:
+    """What one learner's grading task reports back."""
+    learner: str
+    ok: bool
+    returncode: int | None
+    seconds: float
+    attempts: int = 1
+    reason: str = ""
+    errors: list[str] = field(default_factory=list)
+    log: str = ""
+
+
+@dataclass
+class ClassResult:
+    assignment: str
+    outcomes: list[Outcome]
+    wall_s: float
+    grading_s: float
+    workers: int
+    feedback_failures: list[str] = field(default_factory=list)
+    feedback_s: float = 0.0
+    report: dict = field(default_factory=dict)
+
+    @property
+    def graded(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.ok]
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.ok]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.feedback_failures
+
+
+# -- the gradebook ------------------------------------------------------------------------------
+def gradebook_url(grading_dir: Path, url: str | None = None) -> str:
+    """The gradebook every task writes to: `url`, else GRADEBOOK_URL, else the grading folder's SQLite
+    file; a SQLite URL gets a busy timeout unless it names one."""
+    from sqlalchemy.engine import make_url
+
+    u = make_url(grade.gradebook_url(grading_dir, url))
+    if u.get_backend_name() == "sqlite" and "timeout" not in u.query:
+        u = u.update_query_dict({"timeout": str(SQLITE_BUSY_TIMEOUT_S)})
+    return u.render_as_string(hide_password=False)
+
+
+def check_gradebook(url: str, assignment: str):
+    """Fail early, with the step to run, when the gradebook does not know the assignment."""
+    from nbgrader.api import Gradebook, MissingEntry
+    from sqlalchemy import create_engine, inspect
+
+    engine = create_engine(url)
+    try:
+        if "assignment" not in inspect(engine).get_table_names():
+            raise SystemExit(f"the gradebook {_safe(url)} has no assignments: "
+                             f"run `nbgrader generate_assignment {assignment}` first")
+    finally:
+        engine.dispose()
+    with Gradebook(url) as gb:
+        try:
+            gb.find_assignment(assignment)
+        except MissingEntry:
+            raise SystemExit(f"the gradebook {_safe(url)} does not know {assignment!r}: "
+                             f"run `nbgrader generate_assignment {assignment}` first") from None
+
+
+def _safe(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def submitted_learners(grading_dir: Path, assignment: str) -> list[str]:
+    base = Path(grading_dir) / "submitted"
+    return sorted(p.parent.name for p in base.glob(f"*/{assignment}") if p.is_dir())
+
+
+def log_path(grading_dir: Path, assignment: str, learner: str) -> Path:
+    return Path(grading_dir) / "logs" / assignment / f"{learner}.log"
+
+
+# -- one learner (runs on a Dask worker) -----------------------------------------------------------
+class _Watchdog:
+    """Kill the process tree of this process's child whose command line holds `marker`, after `seconds`."""
+
+    def __init__(self, seconds: float, marker: str):
+        self.fired = False
+        self.marker = marker
+        self._timer = threading.Timer(seconds, self._kill)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _kill(self):
+        import psutil
+
+        for child in psutil.Process().children():
+            try:
+                if self.marker not in child.cmdline():
+                    continue
+                tree = [child, *child.children(recursive=True)]
+            except psutil.Error:
+                continue
+            self.fired = True
+            for p in tree:
+                try:
+                    p.kill()
+                except psutil.Error:
+                    pass
+
+    def cancel(self):
+        self._timer.cancel()
+
+
+def failure_reason(log_text: str, returncode: int | None) -> tuple[str, list[str]]:
+    """(a one-line reason, the last error lines) of a failed nbgrader run, from its log."""
+    lines = [line.rstrip() for line in log_text.splitlines() if line.strip()]
+    logged = [_LOGGED.sub("", line).strip() for line in lines if _LOGGED.match(line)]
+    logged = [m for m in logged if m and not m.startswith("Traceback")]
+    exceptions = [line.strip() for line in lines if _EXCEPTION_LINE.match(line)]
+    specific = [m for m in logged if not any(g in m for g in _GENERIC)]
+    errors = list(dict.fromkeys(exceptions + specific))[-5:] or logged[-5:]
+    if returncode is None:
+        code = "no exit code"
+    elif returncode < 0:
+        code = f"killed by signal {-returncode}"
+    else:
+        code = f"exit code {returncode}"
+    if exceptions:
+        detail = exceptions[-1]
+    elif specific or logged:
+        detail = (specific or logged)[0]
+    else:
+        detail = lines[-1].strip() if lines else "no output"
+    return f"{code}: {detail[:300]}", errors
+
+
+def autograde_learner(grading_dir: str, assignment: str, learner: str, url: str,
+                      timeout: float = DEFAULT_TIMEOUT_S, retries: int = DEFAULT_RETRIES,
+                      extra: tuple = (), env: dict | None = None) -> dict:
+    """The Dask task: `nbgrader autograde ASSIGNMENT --force --student=LEARNER` into the gradebook at `url`,
+    again after a lock error (at most `retries` times), killed after `timeout` seconds."""
+    grading_dir = Path(grading_dir)
+    log = log_path(grading_dir, assignment, learner)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    t0 = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
+        start = log.stat().st_size
+        with open(log, "a") as f:
+            f.write(f"== nbgrader autograde {assignment} --student={learner} (attempt {attempt})\n")
+            f.flush()
+            watchdog = _Watchdog(timeout, f"--student={learner}")
+            try:
+                r = grade.autograde(grading_dir, assignment, learner=learner, extra=tuple(extra),
+                                    env_extra={**(env or {}), "GRADEBOOK_URL": url},
+                                    stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            finally:
+                watchdog.cancel()
+        text = log.read_bytes()[start:].decode(errors="replace")
+        seconds = round(time.monotonic() - t0, 2)
+        if r.returncode == 0 and not watchdog.fired:
+            return asdict(Outcome(learner, True, 0, seconds, attempt, log=str(log)))
+        if watchdog.fired:
+            reason, errors = f"did not finish within {timeout:g} s and was stopped", []
+        elif LOCK_ERROR.search(text) and attempt <= retries:
+            time.sleep(min(30.0, 2.0 ** attempt) * random.uniform(0.5, 1.5))
+            continue
+        else:
+            reason, errors = failure_reason(text, r.returncode)
+        return asdict(Outcome(learner, False, r.returncode, seconds, attempt, reason, errors, str(log)))
+
+
+def feedback_learners(grading_dir: str, assignment: str, url: str, learners: list[str],
+                      others: list[str]) -> dict:
+    """The Dask task: `nbgrader generate_feedback` for `learners` (every learner but `others`)."""
+    grading_dir = Path(grading_dir)
+    args = ["generate_feedback", assignment, "--force"]
+    if len(learners) == 1:
+        args.append(f"--student={learners[0]}")
+    elif others:
+        args.append(f"--CourseDirectory.student_id_exclude={','.join(others)}")
+    log = grading_dir / "logs" / assignment / f"feedback-{learners[0]}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    with open(log, "w") as f:
+        r = nbgrader(*args, grading_dir=grading_dir, check=False, env_extra={"GRADEBOOK_URL": url},
+                     stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    missing = [name for name in learners
+               if not (grading_dir / "feedback" / name / assignment).is_dir()]
+    reason = "" if r.returncode == 0 and not missing else failure_reason(log.read_text(errors="replace"),
+                                                                         r.returncode)[0]
+    return {"learners": learners, "ok": not reason, "missing": missing, "reason": reason,
+            "seconds": round(time.monotonic() - t0, 2), "log": str(log)}
+
+
+def portable(name: str, root: str = str(ROOT)):
+    """The task function `name` of this module, in a form any Dask process can unpickle without the course
+    on its path: a closure, which Dask's cloudpickle sends by value, that imports the course's code only
+    when it runs on a worker (where the course is at `root`).  Recent schedulers unpickle the task graph
+    themselves, so a function sent by reference would need the course on the scheduler's path too."""
+    def task(*args):
+        import importlib
+        import sys
+
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        return getattr(importlib.import_module("autograder.classgrade"), name)(*args)
+    return task
+
+
+# -- the class -------------------------------------------------------------------------------------
+@contextmanager
+def dask_client(scheduler: str | None = None, workers: int | None = None):
+    """A Dask client: on the cluster at `scheduler`, or on an embedded LocalCluster of `workers` processes."""
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        client = Client(scheduler, timeout="60s")
+        try:
+            if workers:
+                client.wait_for_workers(workers, timeout=600)
+            yield client
+        finally:
+            client.close()
+        return
+    n = workers or os.cpu_count() or 1
+    with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR, memory_limit=0) as cluster, Client(cluster) as client:
+        yield client
+
+
+def _bar(total: int, desc: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="learner", file=sys.stderr, disable=not enabled, smoothing=0,
+                dynamic_ncols=True, mininterval=0.5,
+                bar_format="{desc}: {n_fmt}/{total_fmt} |{bar}| {elapsed} elapsed, about {remaining} left{postfix}")
+
+
+def _chunks(items: list[str], n: int) -> list[list[str]]:
+    n = max(1, min(n, len(items)))
+    return [items[i::n] for i in range(n)]
+
+
+def grade_class(assignment: str, grading_dir: Path = grade.DEFAULT_DIR, scheduler: str | None = None,
+                workers: int | None = None, learners: list[str] | None = None, url: str | None = None,
+                timeout: float = DEFAULT_TIMEOUT_S, retries: int = DEFAULT_RETRIES, extra: tuple = (),
+                env: dict | None = None, feedback: bool = True, report: bool = True, progress: bool = True,
+                out=None) -> ClassResult:
+    """Autograde every submitted learner in parallel, then feedback and the report; print a summary."""
+    out = out or sys.stdout
+    grading_dir = Path(grading_dir).resolve()
+    url = gradebook_url(grading_dir, url)
+    names = list(learners) if learners else submitted_learners(grading_dir, assignment)
+    if not names:
+        raise SystemExit(f"no learner has submitted {assignment!r} under {grading_dir / 'submitted'}")
+    check_gradebook(url, assignment)
+    t0 = time.monotonic()
+    from distributed import as_completed
+
+    with dask_client(scheduler, workers) as client:
+        n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
+        run = f"{time.time_ns():x}"
+        task = portable("autograde_learner")
+        futures = {client.submit(task, str(grading_dir), assignment, name, url, timeout, retries, tuple(extra), env,
+                                 key=f"autograde-{assignment}-{name}-{run}", pure=False): name
+                   for name in names}
+        outcomes = []
+        with _bar(len(names), f"autograde {assignment} on {n_workers} workers", progress) as bar:
+            for fut in as_completed(futures):
+                name = futures[fut]
+                try:
+                    o = Outcome(**fut.result())
+                except Exception as e:  # noqa: BLE001 - the task itself failed (worker lost, not importable)
+                    o = Outcome(name, False, None, 0.0, 1, f"the grading task failed: {type(e).__name__}: {e}"[:300])
+                outcomes.append(o)
+                bar.update(1)
+                if not o.ok:
+                    bar.write(f"not graded: {o.learner}: {o.reason}", file=sys.stderr)
+                bar.set_postfix_str(f"{sum(not x.ok for x in outcomes)} failed" if not all(x.ok for x in outcomes)
+                                    else "", refresh=False)
+        grading_s = time.monotonic() - t0
+        outcomes.sort(key=lambda o: names.index(o.learner))
+        result = ClassResult(assignment, outcomes, 0.0, grading_s, n_workers)
+        graded = [o.learner for o in outcomes if o.ok]
+        if feedback and graded:
+            t1 = time.monotonic()
+            autograded = grading_dir / "autograded"
+            everyone = sorted({p.name for p in autograded.iterdir() if p.is_dir()} | set(names))
+            chunks = _chunks(graded, n_workers)
+            fb = [client.submit(portable("feedback_learners"), str(grading_dir), assignment, url, chunk,
+                                [x for x in everyone if x not in chunk], key=f"feedback-{assignment}-{i}-{run}",
+                                pure=False) for i, chunk in enumerate(chunks)]
+            with _bar(len(graded), f"feedback {assignment}", progress) as bar:
+                for fut in as_completed(fb):
+                    try:
+                        r = fut.result()
+                    except Exception as e:  # noqa: BLE001
+                        r = {"learners": [], "ok": False, "missing": [], "reason": f"{type(e).__name__}: {e}"}
+                    bar.update(len(r["learners"]))
+                    if not r["ok"]:
+                        result.feedback_failures.append(
+                            f"{', '.join(r['missing'] or r['learners'])}: {r['reason']}")
+            result.feedback_s = time.monotonic() - t1
+    if report:
+        from . import report as class_report
+
+        failures = {o.learner: o.reason for o in outcomes if not o.ok}
+        result.report = class_report.build(grading_dir, assignment, url=url, failures=failures)
+    result.wall_s = time.monotonic() - t0
+    print(summary(result, grading_dir), file=out)
+    return result
+
+
+def summary(r: ClassResult, grading_dir: Path | None = None) -> str:
+    n = len(r.outcomes)
+    busy = sum(o.seconds for o in r.outcomes)
+    lines = [f"{r.assignment}: {len(r.graded)} of {n} learners graded, {len(r.failed)} failed, "
+             f"on {r.workers} workers",
+             f"  wall time {r.wall_s:.1f} s (autograde {r.grading_s:.1f} s, feedback {r.feedback_s:.1f} s); "
+             f"per learner: {busy / max(n, 1):.1f} s of autograde on average, "
+             f"{r.grading_s / max(n, 1):.1f} s of wall time"]
+    retried = [o for o in r.outcomes if o.attempts > 1]
+    if retried:
+        lines.append("  graded again after a gradebook lock error: "
+                     + ", ".join(f"{o.learner} ({o.attempts} attempts)" for o in retried))
+    if r.failed:
+        lines.append("  failed:")
+        for o in r.failed:
+            lines.append(f"    {o.learner}: {o.reason}")
+            for e in [e for e in o.errors if e not in o.reason][-2:]:
+                lines.append(f"        {e[:200]}")
+            if o.log:
+                lines.append(f"        log: {o.log}")
+    for f in r.feedback_failures:
+        lines.append(f"  feedback failed for {f}")
+    if r.report.get("html"):
+        lines.append(f"  report: {r.report['html']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m autograder.classgrade",
+                                description="Grade every submitted learner of an assignment in parallel on Dask.")
+    p.add_argument("assignment")
+    p.add_argument("--scheduler", help="address of an existing Dask scheduler (default: a local cluster)")
+    p.add_argument("--workers", type=int, help="local worker processes (default: one per core); "
+                                               "with --scheduler, wait for this many workers")
+    p.add_argument("--grading-dir", type=Path, default=Path(os.environ.get("GRADING_DIR", grade.DEFAULT_DIR)))
+    p.add_argument("--learners", help="comma-separated learners (default: everyone who submitted)")
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds one learner may take")
+    p.add_argument("--retries", type=int, default=DEFAULT_RETRIES,
+                   help="grade a learner again this many times after a gradebook lock error")
+    p.add_argument("--no-feedback", action="store_true")
+    p.add_argument("--no-report", action="store_true")
+    p.add_argument("--no-progress", action="store_true")
+    a = p.parse_args(argv)
+    r = grade_class(a.assignment, a.grading_dir, scheduler=a.scheduler, workers=a.workers,
+                    learners=a.learners.split(",") if a.learners else None, timeout=a.timeout, retries=a.retries,
+                    feedback=not a.no_feedback, report=not a.no_report, progress=not a.no_progress)
+    return 0 if r.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

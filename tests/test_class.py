@@ -1,0 +1,293 @@
+"""Class-scale grading: the real `nbgrader autograde` per learner on Dask, into SQLite and PostgreSQL.
+
+A small class is graded in parallel with `autograder.classgrade` on a LocalCluster of two workers;
+its gradebook must hold exactly what serial grading gives (each learner's verdict computed
+directly with the hidden suite), a learner whose grading fails is reported with its reason while
+the others are graded, and the class report counts the diagnoses.  A smaller class is graded the
+same way into a real PostgreSQL server that the test starts and stops (tests/pg.py), and one
+learner on an existing Dask cluster given by its scheduler's address.
+"""
+import csv
+import io
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from autograder import classgrade, grade, hidden, report, variants
+
+pytestmark = pytest.mark.xdist_group("class-scale")
+ASG = "positional_encoding"
+POINTS = {"sinusoidal_encoding_tests": 4.0, "rope_tests": 4.0, "alibi_bias_tests": 3.0}
+BUG = "sin_cos_swapped"
+
+
+def _bug():
+    return {v.name: v for v in variants.load(ASG)}[BUG]
+
+
+def _class(d, learners: dict):
+    """Submit each learner's answer: a notebook, raw bytes, or None for a folder without the notebook."""
+    for learner, nb in learners.items():
+        if nb is None:
+            grade.submitted_path(d, learner, ASG).parent.mkdir(parents=True, exist_ok=True)
+        else:
+            grade.submit(d, learner, ASG, nb)
+
+
+def _scores(url):
+    out = {}
+    for r in grade.scores(None, [ASG], url):
+        out.setdefault(r.learner, {})[r.cell] = r
+    return out
+
+
+@pytest.fixture(scope="module")
+def serial_bug_verdict():
+    """What serial grading gives the buggy learner: the hidden suite run on the notebook directly."""
+    return {gid: v.score for gid, v in hidden.grade(variants.submission(ASG, _bug().cells), ASG).items()}
+
+
+@pytest.fixture(scope="module")
+def sqlite_class(tmp_path_factory):
+    d = tmp_path_factory.mktemp("class-sqlite")
+    grade.prepare(d, [ASG])
+    _class(d, {"ada": variants.submission(ASG), "ben": variants.submission(ASG, _bug().cells),
+               "dev": variants.submission(ASG, answered=False), "lost": None})
+    out = io.StringIO()
+    t0 = time.monotonic()
+    result = classgrade.grade_class(ASG, d, workers=2, url=grade.db_url(d), out=out, progress=False)
+    return d, result, out.getvalue(), time.monotonic() - t0
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the PostgreSQL gradebook test starts Debian's server binaries: Linux only")
+    from pg import INSTALL_HINT, PostgresServer, server_bin
+
+    if server_bin() is None:
+        pytest.fail(INSTALL_HINT, pytrace=False)
+    with PostgresServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def postgres_class(tmp_path_factory, postgres):
+    d = tmp_path_factory.mktemp("class-postgres")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRADEBOOK_URL", postgres.url)
+        grade.prepare(d, [ASG])           # generate_assignment records the assignment in PostgreSQL
+    _class(d, {"ada": variants.submission(ASG), "ben": variants.submission(ASG, _bug().cells), "lost": None})
+    out = io.StringIO()
+    result = classgrade.grade_class(ASG, d, workers=2, url=postgres.url, out=out, progress=False,
+                                    feedback=False)
+    return d, result, out.getvalue()
+
+
+def _check_class(scores, answers, bug_verdict):
+    assert set(scores) == set(answers), sorted(scores)
+    for learner, answer in answers.items():
+        got = {c: s.score for c, s in scores[learner].items()}
+        assert {c: s.points for c, s in scores[learner].items()} == POINTS
+        if answer == "reference":
+            assert got == POINTS, (learner, got)
+        elif answer == "zero":
+            assert got == {c: 0.0 for c in POINTS}, (learner, got)
+        else:
+            assert got == bug_verdict, (learner, got)
+            for cell, diagnosis in _bug().fails.items():
+                assert got[cell] < POINTS[cell] and diagnosis in scores[learner][cell].comment
+
+
+# -- SQLite, the default gradebook ------------------------------------------------------------------
+def test_parallel_grading_gives_the_serial_scores(sqlite_class, serial_bug_verdict):
+    d, result, out, _ = sqlite_class
+    assert [o.learner for o in result.graded] == ["ada", "ben", "dev"], out
+    assert result.workers == 2
+    _check_class(_scores(grade.db_url(d)), {"ada": "reference", "ben": "bug", "dev": "zero"},
+                 serial_bug_verdict)
+    for o in result.graded:
+        log = open(o.log).read()
+        assert "database is locked" not in log, o.learner
+        assert o.attempts == 1
+
+
+def test_a_failed_learner_is_reported_with_its_reason(sqlite_class):
+    d, result, out, _ = sqlite_class
+    [failed] = result.failed
+    assert failed.learner == "lost" and failed.returncode == 1
+    assert "No notebooks were matched" in failed.reason, failed.reason
+    assert failed.reason.startswith("exit code 1")
+    assert "lost: exit code 1: No notebooks were matched" in out
+    assert "3 of 4 learners graded, 1 failed, on 2 workers" in out
+    assert "wall time" in out and "per learner" in out
+    assert os.path.exists(failed.log)
+    assert not result.ok
+
+
+def test_feedback_for_every_graded_learner(sqlite_class):
+    d, result, out, _ = sqlite_class
+    assert result.feedback_failures == [], out
+    for learner in ("ada", "ben", "dev"):
+        assert (d / "feedback" / learner / ASG / f"{ASG}.html").is_file(), learner
+    assert not (d / "feedback" / "lost").exists()
+
+
+def test_report_counts_the_class_diagnoses(sqlite_class):
+    d, result, _, _ = sqlite_class
+    folder = d / "report" / ASG
+    for name in ("scores.csv", "diagnoses.csv", "histogram.png", "report.html"):
+        assert (folder / name).is_file(), name
+    rows = {r["learner"]: r for r in csv.DictReader(open(folder / "scores.csv"))}
+    assert rows["ada"]["total"] == "11" and rows["ada"]["points"] == "11"
+    assert rows["dev"]["total"] == "0"
+    assert rows["lost"]["status"].startswith("not graded: exit code 1")
+    counts = {(r["cell"], r["diagnosis"]): int(r["learners"]) for r in csv.DictReader(open(folder / "diagnoses.csv"))}
+    who = {(r["cell"], r["diagnosis"]): r["who"] for r in csv.DictReader(open(folder / "diagnoses.csv"))}
+    for cell, diagnosis in _bug().fails.items():
+        found = {k: n for k, n in counts.items() if k[0] == cell and diagnosis in k[1]}
+        assert found and set(found.values()) == {1}, found
+        assert {who[k] for k in found} == {"ben"}
+    assert {who[k] for k in counts if k[1] != "No response."} == {"ben"}
+    for cell in POINTS:
+        assert counts[(cell, "No response.")] == 1
+    assert (folder / "histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (folder / "report.html").read_text()
+    assert 'src="data:image/png;base64,' in page
+    assert "http:" not in page and "https:" not in page and "<link" not in page
+    assert "sin and cos are swapped" in page and "lost" in page
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------------
+def test_parallel_grading_into_postgresql(postgres_class, postgres, serial_bug_verdict):
+    d, result, out = postgres_class
+    assert [o.learner for o in result.graded] == ["ada", "ben"], out
+    assert [o.learner for o in result.failed] == ["lost"]
+    assert "No notebooks were matched" in result.failed[0].reason
+    _check_class(_scores(postgres.url), {"ada": "reference", "ben": "bug"}, serial_bug_verdict)
+    assert not (d / "gradebook.db").exists(), "grading wrote a SQLite gradebook instead of PostgreSQL"
+    counts = result.report["counts"]
+    swapped = [n for (cell, diagnosis), n in counts.items() if "sin and cos are swapped" in diagnosis]
+    assert swapped and set(swapped) == {1}, counts
+
+
+# -- an existing Dask cluster, by its scheduler's address ----------------------------------------------
+@pytest.fixture
+def dask_cluster(tmp_path):
+    """A scheduler and a worker started as separate programs, the worker outside the course, as on a cluster."""
+    bindir = os.path.dirname(sys.executable)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADEBOOK_URL", "GRADING_DIR")}
+    info = tmp_path / "scheduler.json"
+    log = open(tmp_path / "dask.log", "w")
+    procs = [subprocess.Popen([os.path.join(bindir, "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
+                               "--no-dashboard", "--scheduler-file", str(info)], cwd=tmp_path, env=env,
+                              stdout=log, stderr=subprocess.STDOUT)]
+    try:
+        deadline = time.monotonic() + 120
+        while not info.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        procs.append(subprocess.Popen([os.path.join(bindir, "dask"), "worker", "--scheduler-file", str(info),
+                                       "--nworkers", "1", "--nthreads", "1", "--no-dashboard"], cwd=tmp_path, env=env,
+                                      stdout=log, stderr=subprocess.STDOUT))
+        time.sleep(0.5)
+        import json
+
+        yield json.loads(info.read_text())["address"]
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+        for p in reversed(procs):
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        log.close()
+
+
+def test_an_existing_cluster_by_its_address(sqlite_class, dask_cluster):
+    d = sqlite_class[0]
+    _class(d, {"zed": None})
+    out = io.StringIO()
+    result = classgrade.grade_class(ASG, d, scheduler=dask_cluster, workers=1, learners=["zed"], out=out,
+                                    progress=False, feedback=False, report=False)
+    assert result.workers == 1
+    [failed] = result.failed
+    assert "No notebooks were matched" in failed.reason, out.getvalue()
+
+
+# -- the parts, without nbgrader -------------------------------------------------------------------------
+def test_a_sqlite_gradebook_gets_a_busy_timeout(tmp_path, monkeypatch):
+    monkeypatch.delenv("GRADEBOOK_URL", raising=False)
+    assert classgrade.gradebook_url(tmp_path) == f"sqlite:///{tmp_path.resolve()}/gradebook.db?timeout=60"
+    assert classgrade.gradebook_url(tmp_path, "sqlite:////x.db?timeout=5") == "sqlite:////x.db?timeout=5"
+    pg = "postgresql+psycopg2://grader:secret@db:5432/gradebook"
+    assert classgrade.gradebook_url(tmp_path, pg) == pg
+    monkeypatch.setenv("GRADEBOOK_URL", pg)
+    assert classgrade.gradebook_url(tmp_path) == pg
+
+
+def _fake_autograde(outputs):
+    """A stand-in for grade.autograde that prints the next (text, exit code) into the task's log."""
+    calls = []
+
+    def fake(grading_dir, assignment, learner=None, extra=(), stdout=None, **kw):
+        text, code = outputs[len(calls)]
+        calls.append(kw.get("env_extra", {}).get("GRADEBOOK_URL"))
+        stdout.write(text)
+        return subprocess.CompletedProcess([], code)
+    return fake, calls
+
+
+def test_a_lock_error_is_graded_again(tmp_path, monkeypatch):
+    locked = ("[AutogradeApp | ERROR] There was an error processing assignment\n"
+              "sqlite3.OperationalError: database is locked\n")
+    fake, calls = _fake_autograde([(locked, 1), (locked, 1), ("done\n", 0)])
+    monkeypatch.setattr(classgrade.grade, "autograde", fake)
+    monkeypatch.setattr(classgrade.time, "sleep", lambda s: None)
+    o = classgrade.autograde_learner(str(tmp_path), ASG, "ada", "sqlite:///x.db?timeout=60", retries=2)
+    assert o["ok"] and o["attempts"] == 3 and calls == ["sqlite:///x.db?timeout=60"] * 3
+    fake, calls = _fake_autograde([(locked, 1)] * 3)
+    monkeypatch.setattr(classgrade.grade, "autograde", fake)
+    o = classgrade.autograde_learner(str(tmp_path), ASG, "ada", "sqlite:///x.db", retries=2)
+    assert not o["ok"] and o["attempts"] == 3
+    assert o["reason"] == "exit code 1: sqlite3.OperationalError: database is locked"
+
+
+def test_other_errors_are_not_retried(tmp_path, monkeypatch):
+    fake, calls = _fake_autograde([("Traceback (most recent call last):\n  File \"x\", line 1\n"
+                                    "ValueError: something else\n", 1)])
+    monkeypatch.setattr(classgrade.grade, "autograde", fake)
+    o = classgrade.autograde_learner(str(tmp_path), ASG, "ada", "sqlite:///x.db", retries=2)
+    assert not o["ok"] and o["attempts"] == 1 and o["reason"] == "exit code 1: ValueError: something else"
+
+
+def test_a_learner_over_time_is_stopped_with_its_process_tree(tmp_path, monkeypatch):
+    import psutil
+
+    def slow(grading_dir, assignment, learner=None, extra=(), stdout=None, **kw):
+        code = "import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)"
+        return subprocess.run([sys.executable, "-c", code, f"--student={learner}"], stdout=stdout)
+    monkeypatch.setattr(classgrade.grade, "autograde", slow)
+    started = time.time()
+    o = classgrade.autograde_learner(str(tmp_path), ASG, "slowpoke", "sqlite:///x.db", timeout=3)
+    assert time.time() - started < 60
+    assert not o["ok"] and "did not finish within 3 s" in o["reason"]
+    time.sleep(0.5)
+    survivors = [p for p in psutil.process_iter(["cmdline", "create_time"])
+                 if p.info["cmdline"] == ["sleep", "300"] and p.info["create_time"] >= started - 1]
+    assert not survivors
+
+
+def test_diagnoses_are_split_as_the_verdict_lists_them():
+    a = "the scores are divided by d; divide by sqrt(d)"
+    b = "masked keys get weight"
+    assert report.split_diagnoses(f"{a}; {b}", [a, b]) == [a, b]
+    assert report.split_diagnoses(f"{a}; {b}") == ["the scores are divided by d", "divide by sqrt(d)", b]
+    assert report.split_diagnoses("No response.") == ["No response."]
+    assert report.split_diagnoses("all hidden tests passed (4/4)") == []
+    assert report.split_diagnoses("your file was repaired. all hidden tests passed (4/4)") == ["your file was repaired"]
+    assert report.split_diagnoses(f"your file was repaired. {a}", [a]) == ["your file was repaired", a]
+    assert report.split_diagnoses(None) == []
