@@ -91,11 +91,33 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
                 (result.reference if target is reference else result.learner).append(elapsed)
             if target is reference:
                 ref_best = elapsed if ref_best is None else min(ref_best, elapsed)
-        got, want = sums[id(learner)], sums[id(reference)]
-        if len(got) != len(want) or any(
-                g["shape"] != w["shape"] or not g["finite"]
-                or (same_output and abs(g["checksum"] - w["checksum"]) > rtol * (w["scale"] + 1e-6))
-                for g, w in zip(got, want)):
+        if not same_checksums(sums[id(learner)], sums[id(reference)], rtol, same_output):
             result.mismatch = "the timed calls' outputs are wrong: the time of a wrong answer does not count"
             return result
     return result
+
+
+def same_checksums(got: list[dict], want: list[dict], rtol: float = 1e-3, same_output: bool = True) -> bool:
+    """Two workers' `checksum` answers agree: shapes, finiteness and (with `same_output`) the projections."""
+    return len(got) == len(want) and all(
+        g["shape"] == w["shape"] and g["finite"]
+        and (not same_output or abs(g["checksum"] - w["checksum"]) <= rtol * (w["scale"] + 1e-6))
+        for g, w in zip(got, want))
+
+
+def peak_memory(target: Target, inputs: list[dict], kwargs: dict | None = None, seed: int = 0,
+                timeout: float = 120.0) -> tuple[int, list[dict]]:
+    """(bytes one call adds to its worker's peak resident memory, the checksum of its output).
+
+    The memory is the kernel's high-water mark of the worker (VmHWM in /proc, reset through
+    clear_refs just before the call, after its inputs exist), so the learner's code cannot report
+    it.  A first call on other inputs warms up thread pools and caches and is not counted; the
+    measured call's inputs are new (a cached answer fails the checksum).
+    """
+    for i in range(2):
+        target.request("prepare", seed=seed + i, inputs=inputs, kwargs=kwargs or {})
+        if i:
+            target.proxy.reset_peak_memory()
+            base = target.proxy.peak_memory()
+        target.request("run", timeout=timeout)
+    return target.proxy.peak_memory() - base, target.request("checksum", seed=10_000 + seed)

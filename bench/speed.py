@@ -23,7 +23,7 @@ from autograder import hidden, variants  # noqa: E402
 from autograder.learner import Learner  # noqa: E402
 from autograder.notebooks import learner_cells, read, reference_namespace, source_notebook  # noqa: E402
 from autograder.suites.checks import SPEED_FACTOR  # noqa: E402
-from autograder.timing import Target, compare  # noqa: E402
+from autograder.timing import Target, compare, peak_memory  # noqa: E402
 
 LOOP_SDPA = '''import math
 import torch
@@ -94,11 +94,7 @@ def blockwise_memory():
             inputs = [{"kind": "randn", "shape": [1, 1, L, 64]}] * 3
             peaks = {}
             for name in ("blockwise_attention", "scaled_dot_product_attention"):
-                worker.request({"op": "prepare", "seed": 0, "inputs": inputs, "kwargs": {}}, what="prepare")
-                worker.reset_peak_memory()
-                base = worker.peak_memory()
-                worker.request({"op": "run", "name": name}, timeout=300, what=name)
-                peaks[name] = (worker.peak_memory() - base) / 2**20
+                peaks[name] = peak_memory(Target(worker, name), inputs, timeout=300)[0] / 2**20
             rows.append([L, f"{L * L * 4 / 2**20:.0f}", f"{peaks['blockwise_attention']:.1f}",
                          f"{peaks['scaled_dot_product_attention']:.1f}"])
     finally:

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autograder.timing import Target
+from autograder.timing import Target, peak_memory, same_checksums
 
 from .checks import (Diagnosis, check, close, fast_enough, module_targets, randn, raises, seeded, tensor,
                      unchanged)
@@ -613,17 +613,15 @@ def test_blockwise_speed(learner, reference_worker):
 
 @BLOCK
 @pytest.mark.weight(2)
-def test_blockwise_memory(learner):
+def test_blockwise_memory(learner, reference_worker):
     """extra memory O(Lq * block_size): never the whole Lq x Lk score matrix"""
     L, d = 8192, 16
-    small = torch.randn(1, 1, 256, d)
-    learner.fn("blockwise_attention")(small, small, small)   # thread pools and caches are not the answer's memory
-    learner.request({"op": "prepare", "seed": 3, "inputs": [{"kind": "randn", "shape": [1, 1, L, d]}] * 3,
-                     "kwargs": {"block_size": 64}}, what="blockwise_attention (prepare)")
-    learner.reset_peak_memory()
-    base = learner.peak_memory()
-    learner.request({"op": "run", "name": "blockwise_attention"}, timeout=120, what="blockwise_attention (run)")
-    extra, matrix = learner.peak_memory() - base, L * L * 4
+    inputs, kwargs = [{"kind": "randn", "shape": [1, 1, L, d]}] * 3, {"block_size": 64}
+    extra, got = peak_memory(Target(learner, "blockwise_attention"), inputs, kwargs, seed=3)
+    _, want = peak_memory(Target(reference_worker(A), "blockwise_attention"), inputs, kwargs, seed=3)
+    check(same_checksums(got, want), f"blockwise_attention at Lq = Lk = {L} returns a wrong output: the memory "
+                                     "of a wrong answer does not count")
+    matrix = L * L * 4
     check(extra < matrix / 4,
           f"blockwise_attention at Lq = Lk = {L} used {extra / 2**20:.0f} MiB of extra memory, while the whole "
           f"score matrix is {matrix / 2**20:.0f} MiB: process one block of keys at a time and never build an "

@@ -210,4 +210,11 @@ VARIANTS = [
         s = s.masked_fill(torch.ones(Lq, Lk, dtype=torch.bool).triu(1), float("-inf"))
     return torch.softmax(s, dim=-1) @ v
 '''}, {"blockwise_attention_tests": "never build an Lq x Lk matrix"}, "exact, but holds the whole score matrix"),
+    Bug("blockwise_skips_long_inputs", {"blockwise_attention": BLOCKWISE_LIST.replace(
+        "def blockwise_attention(q, k, v, causal=False, block_size=64):\n",
+        "def blockwise_attention(q, k, v, causal=False, block_size=64):\n"
+        "    if k.shape[-2] > 4096:                                   # cheap exactly where memory is measured\n"
+        "        return torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)\n")},
+        {"blockwise_attention_tests": "the memory of a wrong answer does not count"},
+        "returns zeros for long inputs, where the memory check looks"),
 ]
