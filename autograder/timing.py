@@ -12,12 +12,11 @@ flushes the L2 cache before each run.
 """
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
 
-from .learner import Learner, WorkerDied
+from .learner import Learner, WorkerDied, on_gpu
 
 
 @dataclass
@@ -65,7 +64,7 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
     grader's wall clock around a request that ends with a device-wide synchronise.  With
     `same_output=False` (models whose weights differ), outputs are checked for shape and finiteness.
     """
-    cpu = (os.environ.get("GRADER_DEVICE", "cpu") == "cpu") if cpu is None else cpu
+    cpu = not on_gpu() if cpu is None else cpu
     result = Comparison()
     ref_best = None
     for i in range(warmup + reps):

@@ -49,15 +49,28 @@ def _watch_library():
 
 DEVICE = os.environ.get("GRADER_DEVICE", "cpu")
 _synchronize = None
+_device_memory = None
 
 
 def _bind_device():
-    """Take the device-wide synchronise before learner code runs, so it cannot be replaced."""
-    global _synchronize
+    """Take the device-wide synchronise and the allocator's statistics from torch's C extension before
+    learner code runs, so that patching torch.cuda cannot replace them."""
+    global _synchronize, _device_memory
     if DEVICE != "cpu":
         import torch
 
-        _synchronize = torch.cuda.synchronize
+        torch.cuda.init()
+        index = torch.device(DEVICE).index
+        index = torch.cuda.current_device() if index is None else index
+        sync, reset, stats = torch._C._cuda_synchronize, torch._C._cuda_resetPeakMemoryStats, torch._C._cuda_memoryStats
+
+        def device_memory(reset_peak: bool) -> dict:
+            if reset_peak:
+                reset(index)
+            allocated = stats(index)["allocated_bytes"]["all"]
+            return {"current": allocated["current"], "peak": allocated["peak"]}
+
+        _synchronize, _device_memory = sync, device_memory
 
 
 def _flush_l2():
@@ -231,6 +244,12 @@ class Worker:
             sums.append({"checksum": float((out * proj).sum()), "scale": float(out.abs().sum()),
                          "shape": list(out.shape), "finite": bool(torch.isfinite(out).all())})
         return sums
+
+    def op_device_memory(self, req):
+        """Bytes the GPU's caching allocator holds for tensors: now, and at most since the last reset."""
+        if _device_memory is None:
+            raise RuntimeError("no GPU in this worker")
+        return _device_memory(bool(req.get("reset")))
 
     def op_seed(self, req):
         import torch
