@@ -12,6 +12,7 @@ flushes the L2 cache before each run.
 """
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -48,6 +49,11 @@ class Comparison:
         xs = getattr(self, which)
         return statistics.pstdev(xs) / statistics.mean(xs) if len(xs) > 1 else 0.0
 
+    def standard_error(self, which: str = "reference") -> float:
+        """The standard error of the mean time, relative to the mean."""
+        xs = getattr(self, which)
+        return statistics.stdev(xs) / len(xs) ** 0.5 / statistics.mean(xs) if len(xs) > 1 else float("inf")
+
 
 def _clock(target: Target, cpu: bool) -> float:
     return target.proxy.cpu_seconds() if cpu else time.perf_counter()
@@ -55,7 +61,8 @@ def _clock(target: Target, cpu: bool) -> float:
 
 def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict | None = None, reps: int = 7,
             warmup: int = 1, calls: int = 1, seed: int = 0, rtol: float = 1e-3, slow_limit: float = 30.0,
-            cpu: bool | None = None, same_output: bool = True) -> Comparison:
+            cpu: bool | None = None, same_output: bool = True, until_se: float | None = None,
+            budget_s: float = 20.0, max_reps: int = 60) -> Comparison:
     """Time `learner` against `reference` on the same fresh inputs, interleaved.
 
     Each timed run makes `calls` calls on distinct fresh inputs.  On the CPU the clock is the
@@ -63,11 +70,24 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
     machine and to anything the learner's code does to its own clocks); on CUDA it is the
     grader's wall clock around a request that ends with a device-wide synchronise.  With
     `same_output=False` (models whose weights differ), outputs are checked for shape and finiteness.
+    After `reps` repetitions, more follow while either side's standard error is above `until_se`
+    of its mean (default on CUDA: 1 %), until `budget_s` seconds or `max_reps` repetitions are spent.
     """
     cpu = not on_gpu() if cpu is None else cpu
+    until_se = (None if cpu else 0.01) if until_se is None else until_se
     result = Comparison()
     ref_best = None
-    for i in range(warmup + reps):
+    started = time.perf_counter()
+
+    def enough(i: int) -> bool:
+        if i < warmup + reps:
+            return False
+        return (not until_se or i >= warmup + max_reps or time.perf_counter() - started > budget_s
+                or max(result.standard_error("learner"), result.standard_error("reference")) <= until_se)
+
+    for i in itertools.count():
+        if enough(i):
+            break
         order = (reference, learner) if i % 2 == 0 else (learner, reference)
         sums = {}
         for target in order:

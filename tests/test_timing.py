@@ -1,0 +1,38 @@
+"""The speed and memory measures of autograder.timing, on real sandboxed workers with tiny inputs."""
+import pytest
+
+from autograder import variants
+from autograder.learner import Learner
+from autograder.notebooks import learner_cells
+from autograder.timing import Target, compare, peak_memory, same_checksums
+
+SDPA = "scaled_dot_product_attention"
+TINY = [{"kind": "randn", "shape": [1, 1, 8, 4]}] * 3
+
+
+@pytest.fixture(scope="module")
+def pair():
+    cells = learner_cells(variants.submission("attention"))
+    workers = Learner(cells), Learner(cells)
+    yield [Target(w, SDPA) for w in workers]
+    for w in workers:
+        w.close()
+
+
+def test_repetitions_continue_until_the_standard_error_is_small(pair):
+    fixed = compare(*pair, TINY, reps=3, cpu=False, until_se=0)
+    assert len(fixed.learner) == len(fixed.reference) == 3
+    unreachable = compare(*pair, TINY, reps=3, cpu=False, until_se=1e-12, max_reps=8)
+    assert len(unreachable.learner) == 8, "more repetitions, up to max_reps, while the error is too large"
+    spent = compare(*pair, TINY, reps=3, cpu=False, until_se=1e-12, budget_s=0)
+    assert len(spent.learner) == 3, "no repetition beyond reps once the time budget is spent"
+    loose = compare(*pair, TINY, reps=3, cpu=False, until_se=10.0)
+    assert len(loose.learner) == 3 and loose.mismatch is None
+
+
+def test_peak_memory_reports_the_output_checksum(pair):
+    (extra_a, a), (extra_b, b) = (peak_memory(t, TINY, seed=5) for t in pair)
+    assert extra_a >= 0 and extra_b >= 0
+    assert same_checksums(a, b)
+    other = peak_memory(pair[0], TINY, seed=6)[1]
+    assert not same_checksums(other, b), "other inputs, other output: the checksum sees the difference"
