@@ -120,10 +120,21 @@ def module_targets(learner, reference_worker, name: str, *args, same_weights: bo
 
 
 def fast_enough(learner_target: Target, reference_target: Target, inputs: list[dict], what: str,
-                calls: int = 1, kwargs: dict | None = None, factor: float = SPEED_FACTOR, same_output: bool = True):
-    """The learner's code runs within `factor` of the reference on fresh inputs (autograder.timing)."""
-    result = compare(learner_target, reference_target, inputs, kwargs=kwargs, calls=calls, same_output=same_output)
-    check(result.mismatch is None, f"{what}: {result.mismatch}")
-    check(result.ratio <= factor,
-          f"{what} takes {result.ratio:.1f}x the time of the reference solution (allowed {factor:g}x): "
-          "vectorise it -- a Python loop over positions or heads is slow; let torch work on whole tensors")
+                calls: int = 1, kwargs: dict | None = None, factor: float = SPEED_FACTOR, same_output: bool = True,
+                attempts: int = 3):
+    """The learner's code runs within `factor` of the reference on fresh inputs (autograder.timing).
+
+    A ratio over `factor` is measured again on new inputs, up to `attempts` times, and the best one
+    counts: a burst of load on a shared machine (another process, a hypervisor taking the core)
+    slows single runs, never every measurement, while a loop is slow in all of them."""
+    ratios = []
+    for attempt in range(attempts):
+        result = compare(learner_target, reference_target, inputs, kwargs=kwargs, calls=calls,
+                         same_output=same_output, seed=1000 * attempt)
+        check(result.mismatch is None, f"{what}: {result.mismatch}")
+        ratios.append(result.ratio)
+        if result.ratio <= factor:
+            return
+    raise Diagnosis(f"{what} takes {min(ratios):.1f}x the time of the reference solution (allowed {factor:g}x; the "
+                 f"best of {attempts} measurements): vectorise it -- a Python loop over positions or heads is slow; "
+                 "let torch work on whole tensors")
