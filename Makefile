@@ -51,7 +51,7 @@ test: install $(CHROMIUM) postgres
 	$(BIN)/pytest -n 2 --dist loadgroup tests
 
 # Measurements, not pass/fail: speed against torch's own layers, memory, calibration, grading time,
-# gradebook locking under concurrent writers, a class of 30 graded serially and on Dask (about 1.5 h).
+# gradebook locking under concurrent writers, a class of 30 graded serially and on Dask (about 2 h).
 bench: install
 	$(PY) bench/speed.py
 	$(PY) bench/gradebook_locks.py --procs 8 16 32 --learners 2
