@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,9 +42,12 @@ def submitted_path(grading_dir: Path, learner: str, assignment: str) -> Path:
 
 
 def submit(grading_dir: Path, learner: str, assignment: str, notebook) -> Path:
-    """Place a submission: a notebook object, a path to copy, or raw bytes (even invalid ones)."""
+    """Place a submission: a notebook object, a path to copy, raw bytes (even invalid ones), or None
+    for a submission folder without the notebook (which nbgrader cannot grade)."""
     path = submitted_path(grading_dir, learner, assignment)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if notebook is None:
+        return path
     if isinstance(notebook, (bytes, str)) and not (isinstance(notebook, str) and Path(notebook).exists()):
         path.write_bytes(notebook if isinstance(notebook, bytes) else notebook.encode())
     elif isinstance(notebook, (str, Path)):
@@ -92,26 +96,40 @@ def scores(grading_dir: Path | None, assignments: list[str], url: str | None = N
     return rows
 
 
+def ordered_cells(rows: list[CellScore], order: list[str] = ()) -> list[str]:
+    """The graded cells of `rows`: those named in `order` first, in that order, then the others as found."""
+    found = list(dict.fromkeys(r.cell for r in rows))
+    return [c for c in order if c in found] + [c for c in found if c not in order]
+
+
+def by_learner(rows: list[CellScore], failures: dict[str, str] | None = None, order: list[str] = ()):
+    """One assignment's rows as (cells, [(learner, {cell: score}, total, points, status)]), learners sorted.
+    Cells named in `order` come first; a learner in `failures` has no total and the status
+    `not graded: <reason>`."""
+    cells = ordered_cells(rows, order)
+    got: dict[str, dict[str, CellScore]] = defaultdict(dict)
+    for r in rows:
+        got[r.learner][r.cell] = r
+    failures = failures or {}
+    lines = []
+    for learner in sorted(set(got) | set(failures)):
+        mine = got.get(learner, {})
+        scores = {c: mine[c].score for c in cells if c in mine}
+        points = sum(mine[c].points for c in cells if c in mine)
+        total = None if learner in failures else sum(s or 0 for s in scores.values())
+        status = f"not graded: {failures[learner]}" if learner in failures else "graded"
+        lines.append((learner, scores, total, points, status))
+    return cells, lines
+
+
 def table(rows: list[CellScore]) -> str:
     """The gradebook as a text table: one line per learner and assignment, one column per graded cell."""
-    cells: dict[str, list[str]] = {}
-    for r in rows:
-        cells.setdefault(r.assignment, [])
-        if r.cell not in cells[r.assignment]:
-            cells[r.assignment].append(r.cell)
     lines = []
-    for asg, names in cells.items():
-        header = ["learner", *[n.removesuffix("_tests") for n in names], "total"]
-        data = []
-        by_learner: dict[str, dict[str, CellScore]] = {}
-        for r in rows:
-            if r.assignment == asg:
-                by_learner.setdefault(r.learner, {})[r.cell] = r
-        for learner, rs in by_learner.items():
-            vals = [rs[n].score if n in rs else None for n in names]
-            pts = sum(rs[n].points for n in names if n in rs)
-            total = sum(v or 0 for v in vals)
-            data.append([learner, *["-" if v is None else f"{v:g}" for v in vals], f"{total:g}/{pts:g}"])
+    for asg in dict.fromkeys(r.assignment for r in rows):
+        cells, learners = by_learner([r for r in rows if r.assignment == asg])
+        header = ["learner", *[c.removesuffix("_tests") for c in cells], "total"]
+        data = [[learner, *["-" if scores.get(c) is None else f"{scores[c]:g}" for c in cells], f"{total:g}/{points:g}"]
+                for learner, scores, total, points, _ in learners]
         widths = [max(len(str(x)) for x in col) for col in zip(header, *data)]
         lines.append(f"{asg}")
         for row in [header, *data]:

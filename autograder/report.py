@@ -82,8 +82,7 @@ def class_diagnoses(grading_dir: Path, rows: list[grade.CellScore], order: list[
             verdicts[r.learner] = verdict_failures(grading_dir, r.assignment, r.learner)
         for d in dict.fromkeys(split_diagnoses(r.comment, verdicts[r.learner].get(r.cell))):
             who[(r.cell, d)].append(r.learner)
-    found = list(dict.fromkeys(r.cell for r in rows))
-    cells = [c for c in order if c in found] + [c for c in found if c not in order]
+    cells = grade.ordered_cells(rows, order)
     out = [{"cell": cell, "diagnosis": d, "learners": len(names), "who": sorted(names)}
            for (cell, d), names in who.items()]
     return sorted(out, key=lambda x: (cells.index(x["cell"]), -x["learners"], x["diagnosis"]))
@@ -97,25 +96,6 @@ def cell_order(grading_dir: Path, assignment: str) -> list[str]:
             nb = nbformat.read(str(path), as_version=4)
             return [nbgrader_meta(c)["grade_id"] for c in nb.cells if is_graded_test(c)]
     return []
-
-
-def table(rows: list[grade.CellScore], failures: dict[str, str] | None = None, order: list[str] = ()):
-    """(cells, [(learner, {cell: score}, total, points, status)]) in learner order."""
-    found = list(dict.fromkeys(r.cell for r in rows))
-    cells = [c for c in order if c in found] + [c for c in found if c not in order]
-    by: dict[str, dict[str, grade.CellScore]] = defaultdict(dict)
-    for r in rows:
-        by[r.learner][r.cell] = r
-    failures = dict(failures or {})
-    lines = []
-    for learner in sorted(set(by) | set(failures)):
-        got = by.get(learner, {})
-        scores = {c: got[c].score for c in cells if c in got}
-        points = sum(got[c].points for c in cells if c in got)
-        total = sum(s or 0 for s in scores.values())
-        status = f"not graded: {failures[learner]}" if learner in failures else "graded"
-        lines.append((learner, scores, total if learner not in failures else None, points, status))
-    return cells, lines
 
 
 def histogram_png(totals: list[float], max_points: float, title: str) -> bytes:
@@ -191,7 +171,7 @@ def build(grading_dir: Path, assignment: str, url: str | None = None, failures: 
     out.mkdir(parents=True, exist_ok=True)
     rows = grade.scores(grading_dir, [assignment], url)
     order = cell_order(grading_dir, assignment)
-    cells, lines = table(rows, failures, order)
+    cells, lines = grade.by_learner(rows, failures, order)
     with open(out / "scores.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["learner", *cells, "total", "points", "status"])

@@ -110,6 +110,11 @@ def known_mistake(actual, mistakes: dict, default: str) -> str:
     return default
 
 
+def function_targets(learner, reference_worker, name: str) -> tuple[Target, Target]:
+    """The function `name` in the learner's worker and in the reference worker, as timing targets."""
+    return Target(learner, name), Target(reference_worker, name)
+
+
 def module_targets(learner, reference_worker, name: str, *args, same_weights: bool = True):
     """The same module built in the learner's worker and in the reference worker, as timing targets."""
     ref = reference_worker.new(name, *args)

@@ -11,10 +11,10 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autograder.timing import Target, peak_memory, same_checksums
+from autograder.timing import peak_memory, same_checksums
 
-from .checks import (Diagnosis, check, close, fast_enough, module_targets, randn, raises, seeded, tensor,
-                     unchanged)
+from .checks import (Diagnosis, check, close, fast_enough, function_targets, module_targets, randn, raises, seeded,
+                     tensor, unchanged)
 
 A = "attention"
 NEG = float("-inf")
@@ -591,8 +591,7 @@ def test_blockwise_any_sizes(learner, Lq, Lk, bs, causal, seed):
 @SDPA
 def test_sdpa_speed(learner, reference_worker):
     """runs about as fast as the reference solution (no Python loop over positions)"""
-    ref = reference_worker(A)
-    fast_enough(Target(learner, "scaled_dot_product_attention"), Target(ref, "scaled_dot_product_attention"),
+    fast_enough(*function_targets(learner, reference_worker(A), "scaled_dot_product_attention"),
                 [{"kind": "randn", "shape": [1, 2, 256, 16]}] * 3, "scaled_dot_product_attention", calls=40)
 
 
@@ -606,8 +605,7 @@ def test_mha_speed(learner, reference_worker):
 @BLOCK
 def test_blockwise_speed(learner, reference_worker):
     """runs about as fast as the reference solution (a loop over key blocks, not over positions)"""
-    ref = reference_worker(A)
-    fast_enough(Target(learner, "blockwise_attention"), Target(ref, "blockwise_attention"),
+    fast_enough(*function_targets(learner, reference_worker(A), "blockwise_attention"),
                 [{"kind": "randn", "shape": [1, 2, 512, 16]}] * 3, "blockwise_attention", calls=10)
 
 
@@ -617,8 +615,9 @@ def test_blockwise_memory(learner, reference_worker):
     """extra memory O(Lq * block_size): never the whole Lq x Lk score matrix"""
     L, d = 8192, 16
     inputs, kwargs = [{"kind": "randn", "shape": [1, 1, L, d]}] * 3, {"block_size": 64}
-    extra, got = peak_memory(Target(learner, "blockwise_attention"), inputs, kwargs, seed=3)
-    _, want = peak_memory(Target(reference_worker(A), "blockwise_attention"), inputs, kwargs, seed=3)
+    mine, ref = function_targets(learner, reference_worker(A), "blockwise_attention")
+    extra, got = peak_memory(mine, inputs, kwargs, seed=3)
+    _, want = peak_memory(ref, inputs, kwargs, seed=3)
     check(same_checksums(got, want), f"blockwise_attention at Lq = Lk = {L} returns a wrong output: the memory "
                                      "of a wrong answer does not count")
     matrix = L * L * 4
