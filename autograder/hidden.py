@@ -2,25 +2,46 @@
 
 The suite runs in a fresh trusted Python process (`python -m autograder.hidden ...`) that never
 executes learner code: its `learner` fixture talks to a sandboxed worker.  The process writes
-one record per test (graded cell, weight, outcome, diagnosis); `grade()` turns them into a
-score per graded cell, a plain float in [0, points].
+one record per test (graded cell, weight, outcome, diagnosis, or a grader fault) and what it could
+not measure from outside; `grade()` adds the static reading of the learner's source
+(autograder.static) and returns one `Verdict` per graded cell: the single record from which the
+graded cell's output, the gradebook comment, the feedback and the class report are all rendered.
 """
 from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import ROOT
-from .notebooks import graded_cells, learner_cells
+from . import ROOT, config, static
+from .notebooks import TESTS_SUFFIX, graded_cells, learner_cells
 
 SUITES = Path(__file__).parent / "suites"
-SUITE_TIMEOUT = float(os.environ.get("GRADER_SUITE_TIMEOUT", "900"))
+GRADED, FLAGGED = "graded", "needs manual grading"
+RECORD = "autograder"          # notebook metadata: the grading's record (Grading.to_dict, protections, notes)
+
+
+def record(nb) -> dict:
+    """The grading record a graded notebook holds ({} when none)."""
+    rec = nb.metadata.get(RECORD, {})
+    return rec if isinstance(rec, dict) else {}
+
+
+@dataclass
+class Check:
+    """One hidden test's outcome."""
+
+    label: str
+    weight: float
+    passed: bool
+    diagnosis: str | None = None
 
 
 @dataclass
@@ -28,14 +49,54 @@ class Verdict:
     grade_id: str
     points: float
     score: float = 0.0
-    passed: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)     # diagnoses
+    status: str = GRADED
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)    # why the score is 0 or why it is flagged
+
+    @property
+    def passed(self) -> list[str]:
+        return [c.label for c in self.checks if c.passed]
+
+    @property
+    def failed(self) -> list[str]:
+        """What the learner reads: the notes, then each failed test's diagnosis once."""
+        return list(dict.fromkeys([*self.notes, *(c.diagnosis for c in self.checks if not c.passed and c.diagnosis)]))
 
     def text(self) -> str:
-        lines = [f"{self.grade_id}: {self.score:g} / {self.points:g} points"]
+        lines = [f"{self.grade_id}: {self.score:g} / {self.points:g} points"
+                 + ("" if self.status == GRADED else f" ({self.status})")]
         lines += [f"  passed: {p}" for p in self.passed]
         lines += [f"  FAILED: {d}" for d in self.failed]
         return "\n".join(lines)
+
+    def comment(self) -> str:
+        return "; ".join(self.failed) if self.failed else f"all hidden tests passed ({self.score:g}/{self.points:g})"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Verdict":
+        return cls(**{**d, "checks": [Check(**c) for c in d.get("checks", [])]})
+
+
+@dataclass
+class Grading:
+    """The verdicts of one notebook, with what the grading could not do (`fault`) or measure (`notes`)."""
+
+    verdicts: dict[str, Verdict]
+    notes: list[str] = field(default_factory=list)
+    fault: str | None = None
+    log: str = ""
+
+    def to_dict(self) -> dict:
+        return {"verdicts": {g: v.to_dict() for g, v in self.verdicts.items()}, "notes": self.notes,
+                "fault": self.fault}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Grading":
+        return cls({g: Verdict.from_dict(v) for g, v in d.get("verdicts", {}).items()}, list(d.get("notes", [])),
+                   d.get("fault"))
 
 
 def suite_path(assignment: str) -> Path:
@@ -43,138 +104,160 @@ def suite_path(assignment: str) -> Path:
 
 
 # -- inside the suite process -----------------------------------------------------------------
-def diagnose(excinfo) -> str:
-    from autograder.learner import LearnerError, WorkerDied
+def diagnose(excinfo) -> tuple[str, bool]:
+    """(what the learner reads, whether it is a grader fault)."""
+    from autograder.learner import GraderFault, LearnerError, WorkerDied
     from autograder.suites.checks import Diagnosis
 
     e = excinfo.value
     while isinstance(e, BaseExceptionGroup) and e.exceptions:
         e = e.exceptions[0]
     if isinstance(e, Diagnosis):
-        return str(e)
+        return str(e), False
+    if isinstance(e, GraderFault):
+        return str(e), True
     if isinstance(e, LearnerError):
         if e.isa("NotImplementedError"):
-            return "not implemented yet (it raises NotImplementedError)"
+            return "not implemented yet (it raises NotImplementedError)", False
         where = f" at {e.traceback.strip().splitlines()[0].strip()}" if e.traceback.strip() else ""
-        return f"your code raised {e}{where}"
+        return f"your code raised {e}{where}", False
     if isinstance(e, WorkerDied):
-        return str(e)
+        return str(e), False
     sys.stderr.write("grader: unexpected error in a hidden test:\n" + "".join(
         traceback.format_exception(type(e), e, e.__traceback__)))
-    return f"the grader could not check your answer (it led to {type(e).__name__}); check what your code returns"
+    return f"the grader could not check your answer (it led to {type(e).__name__}); check what your code returns", False
 
 
 class Recorder:
     def __init__(self):
         self.records: list[dict] = []
+        self.collection_errors: list[str] = []
 
     def _label(self, item) -> str:
         doc = (getattr(item, "function", None).__doc__ or "").strip() if hasattr(item, "function") else ""
         return doc.splitlines()[0] if doc else item.name
 
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.collection_errors.append(str(report.longrepr)[-4000:])
+
     def pytest_runtest_makereport(self, item, call):
-        if call.when == "teardown":      # after the fixtures' teardown, which records library calls
-            self._library_calls(item)
-            return
-        if call.when not in ("setup", "call"):
-            return
-        if call.when == "setup" and call.excinfo is None:
+        if call.when not in ("setup", "call") or (call.when == "setup" and call.excinfo is None):
             return
         marker = item.get_closest_marker("cell")
         weight = item.get_closest_marker("weight")
+        diagnosis, fault = diagnose(call.excinfo) if call.excinfo is not None else (None, False)
         self.records.append({
             "cell": marker.args[0] if marker else None,
             "weight": float(weight.args[0]) if weight else 1.0,
             "label": self._label(item),
             "passed": call.excinfo is None,
-            "diagnosis": None if call.excinfo is None else diagnose(call.excinfo),
+            "diagnosis": diagnosis,
+            "fault": fault,
             "test": item.nodeid,
         })
-
-    def _library_calls(self, item):
-        for name, value in item.user_properties:
-            if name == "forbidden":
-                for rec in self.records:
-                    if rec["test"] == item.nodeid:
-                        rec["forbidden"] = value
 
 
 def _suite_main(assignment: str, out: str) -> int:
     import pytest
 
+    from autograder import learner
+
     recorder = Recorder()
     code = pytest.main([str(suite_path(assignment)), "-q", "-p", "no:cacheprovider", "--assert=plain",
                         "-o", "console_output_style=classic", "--no-header", "-rN",
                         "--rootdir", str(SUITES), "-c", os.devnull], plugins=[recorder])
-    Path(out).write_text(json.dumps({"exit": int(code), "records": recorder.records}))
+    Path(out).write_text(json.dumps({"exit": int(code), "records": recorder.records,
+                                     "collection_errors": recorder.collection_errors,
+                                     "notes": sorted(learner.NOTES)}))
     return 0
 
 
 # -- the trusted grader's side -------------------------------------------------------------------
-def run_suite(assignment: str, cells: list[dict]) -> dict:
+def _limit_trusted(memory: int):
+    def apply():
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    return apply
+
+
+def run_suite(assignment: str, cells: list[dict], settings: config.Settings, deadline: float) -> dict:
+    """Run the hidden suite in a trusted process; {"error": ...} when it did not complete (a grader fault)."""
     with tempfile.TemporaryDirectory(prefix="grader-suite-") as tmp:
         cells_path, out = Path(tmp) / "cells.json", Path(tmp) / "out.json"
         cells_path.write_text(json.dumps(cells))
-        env = {**os.environ, "GRADER_CELLS": str(cells_path), "PYTHONPATH": str(ROOT),
-               "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {**os.environ, **settings.to_env(), "GRADER_CELLS": str(cells_path), "PYTHONPATH": str(ROOT),
+               "PYTHONDONTWRITEBYTECODE": "1", "GRADER_DEADLINE": repr(deadline)}
         log = Path(tmp) / "log.txt"
+        # The suite stops calling the learner's code at the deadline; past it plus a margin, the suite itself hangs.
+        timeout = max(1.0, deadline - time.time()) + 60.0
         with open(log, "wb") as logf:
             try:
-                subprocess.run([sys.executable, "-m", "autograder.hidden", assignment, str(out)], cwd=ROOT,
-                               env=env, stdout=logf, stderr=subprocess.STDOUT, timeout=SUITE_TIMEOUT,
-                               stdin=subprocess.DEVNULL)
+                r = subprocess.run([sys.executable, "-m", "autograder.hidden", assignment, str(out)], cwd=ROOT,
+                                   env=env, stdout=logf, stderr=subprocess.STDOUT, timeout=timeout,
+                                   stdin=subprocess.DEVNULL, preexec_fn=_limit_trusted(settings.trusted_memory))
+                code = r.returncode
             except subprocess.TimeoutExpired:
-                pass
+                code = None
+        text = log.read_text(errors="replace")
         if not out.exists():
-            tail = log.read_text(errors="replace")[-4000:]
-            return {"error": "the hidden suite did not complete", "log": tail}
+            why = ("the hidden suite did not finish in time" if code is None
+                   else f"the hidden suite process ended without results (exit code {code})")
+            return {"error": why, "log": text[-8000:]}
         result = json.loads(out.read_text())
-        result["log"] = log.read_text(errors="replace")[-8000:]
+        result["log"] = text[-8000:]
+        if result.get("collection_errors") or result.get("exit") not in (0, 1):
+            errors = "\n".join(result.get("collection_errors") or [])
+            return {"error": f"the hidden suite could not be collected (pytest exit code {result.get('exit')})",
+                    "log": (errors + "\n" + text)[-8000:]}
         return result
 
 
-def score(records: list[dict], graded: dict[str, float]) -> dict[str, Verdict]:
+def score(records: list[dict], graded: dict[str, float], findings: static.Report | None = None) -> dict[str, Verdict]:
     verdicts = {gid: Verdict(gid, pts) for gid, pts in graded.items()}
-    weights: dict[str, list[float]] = {gid: [0.0, 0.0] for gid in graded}
-    forbidden: dict[str, set] = {gid: set() for gid in graded}
     for rec in records:
-        gid = rec.get("cell")
-        if gid not in verdicts:
-            continue
-        weights[gid][1] += rec["weight"]
-        if rec["passed"]:
-            weights[gid][0] += rec["weight"]
-            verdicts[gid].passed.append(rec["label"])
-        elif rec["diagnosis"] not in verdicts[gid].failed:
-            verdicts[gid].failed.append(rec["diagnosis"])
-        forbidden[gid] |= set(rec.get("forbidden", {}))
+        v = verdicts.get(rec.get("cell"))
+        if v is not None:
+            v.checks.append(Check(rec["label"], rec["weight"], rec["passed"], rec.get("diagnosis")))
+    findings = findings or static.Report()
     for gid, v in verdicts.items():
-        got, total = weights[gid]
+        total = sum(c.weight for c in v.checks)
+        got = sum(c.weight for c in v.checks if c.passed)
+        name = gid.removesuffix(TESTS_SUFFIX)
+        library = findings.library.get(name, [])
         if total == 0:
-            v.failed.append("no hidden tests are linked to this cell (a course configuration error)")
-            v.score = 0.0
-        elif forbidden[gid]:
-            names = ", ".join(sorted(forbidden[gid]))
-            v.failed.insert(0, f"your code calls {names}, the library version of what this exercise asks you "
-                               "to write: no points for this part")
-            v.score = 0.0
+            v.notes.append("no hidden tests are linked to this cell (a course configuration error)")
+        elif library:
+            uses = ", ".join(dict.fromkeys(f"{f.what} ({f.where()})" for f in library))
+            v.notes.append(f"your code uses {uses}: the library version of what this exercise asks you to write, so "
+                           "no points for this part")
         else:
-            v.score = round(v.points * got / total, 2)
-        v.score = min(max(v.score, 0.0), v.points)
+            v.score = min(max(round(v.points * got / total, 2), 0.0), v.points)
+    # Code that can reach the grader can change any test's outcome: every graded cell is flagged.
+    flagged = [f for fs in findings.suspicious.values() for f in fs]
+    if flagged:
+        reasons = "; ".join(dict.fromkeys(f"{f.what} ({f.where()})" for f in flagged))
+        for v in verdicts.values():
+            v.status = FLAGGED
+            v.notes.append(f"flagged for your instructor to read: your code {reasons}; this can reach the grader or a "
+                           "library function in ways a reading of the code cannot follow")
     return verdicts
 
 
-def grade(nb, assignment: str) -> dict[str, Verdict]:
+def grade(nb, assignment: str, settings: config.Settings | None = None, deadline: float | None = None) -> Grading:
     """Score every graded cell of a (sanitized) submitted notebook with the hidden suite."""
+    settings = settings or config.current()
+    deadline = deadline or time.time() + settings.learner_budget
     graded = graded_cells(nb)
-    result = run_suite(assignment, learner_cells(nb))
+    cells = learner_cells(nb)
+    result = run_suite(assignment, cells, settings, deadline)
     if "error" in result:
-        sys.stderr.write(f"grader: {result['error']}\n{result.get('log', '')}\n")
-        verdicts = {gid: Verdict(gid, pts) for gid, pts in graded.items()}
-        for v in verdicts.values():
-            v.failed.append("grading did not complete (a grader problem, not your code): ask your instructor")
-        return verdicts
-    return score(result["records"], graded)
+        return Grading({gid: Verdict(gid, pts) for gid, pts in graded.items()}, fault=result["error"],
+                       log=result.get("log", ""))
+    faults = [r for r in result["records"] if r.get("fault")]
+    findings = static.analyse(cells, {gid.removesuffix(TESTS_SUFFIX) for gid in graded})
+    verdicts = score(result["records"], graded, findings)
+    fault = f"a grader fault in a hidden test: {faults[0]['diagnosis']}" if faults else None
+    return Grading(verdicts, notes=result.get("notes", []), fault=fault, log=result.get("log", ""))
 
 
 if __name__ == "__main__":

@@ -4,37 +4,53 @@ nbgrader's own pipeline runs the hidden tests inside the learner's kernel and re
 score from its output.  Here, registered in `nbgrader_config.py` through `configure(c)`:
 
 - `SandboxedExecute` replaces nbgrader's `Execute`: the notebook runs in the sandbox (kernel and
-  client both), only to record outputs for the feedback;
+  client both), only to record outputs for the feedback; what comes back is capped, validated and
+  sanitized (no script of a learner's ever reaches an instructor's browser);
 - `HiddenSuites` then scores every graded cell with the hidden suite (trusted process, learner
   code in a sandboxed worker) and replaces the cell's outputs with the verdict: the diagnosis as
-  text and the score as a plain float in [0, points], which nbgrader's `SaveAutoGrades` records;
-- `SaveDiagnoses` writes each verdict as the gradebook comment of the learner's solution cell.
+  text and the score as a plain float in [0, points], which nbgrader's `SaveAutoGrades` records.
+  The verdicts are stored once, as data, in the notebook's metadata (`autograder`); a grader fault
+  raises, so nbgrader does not record the submission as graded and the command exits non-zero;
+- `SaveDiagnoses` writes each verdict as the gradebook comment of the learner's solution cell, and
+  marks flagged cells as needing manual grading.
+
+Every limit comes from `autograder.config` (`c.Grader.<name>` in nbgrader_config.py).
 """
 from __future__ import annotations
 
+import json
 import shutil
+import time
 from pathlib import Path
 
 import nbformat
-from nbgrader.api import Gradebook
-from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds, GetGrades,
-                                    IgnorePattern,
-                                    LimitOutput, NbGraderPreprocessor, OverwriteCells, OverwriteKernelspec,
-                                    SaveAutoGrades)
-from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
-from traitlets import Integer, Unicode
-
 from nbconvert.exporters import NotebookExporter
+from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+from nbconvert.preprocessors.sanitize import SanitizeHTML
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds, GetGrades,
+                                    IgnorePattern, LimitOutput, NbGraderPreprocessor, OverwriteCells,
+                                    OverwriteKernelspec, SaveAutoGrades)
+from traitlets import Unicode
 
-from . import hidden, submission
+from . import config, hidden, submission
+from .hidden import RECORD, record
 from .notebooks import TESTS_SUFFIX, is_graded_test, nbgrader_meta
-from .sandbox import Limits, Sandbox, missing_protections
+from .sandbox import Limits, Sandbox, SandboxUnavailable
 
-VERDICTS = "grader_verdicts"
+DEADLINE = "grader_deadline"   # resources: when this learner's grading budget ends (time.time())
+
+
+class GraderFault(RuntimeError):
+    """The grader could not grade this submission; nbgrader's failure path takes over (never a zero)."""
 
 
 def _note(text: str):
     return nbformat.v4.new_output("stream", name="stdout", text=text)
+
+
+def settings_of(pre) -> config.Settings:
+    return config.Grader(parent=pre).settings()
 
 
 class SubmissionReader(NotebookExporter):
@@ -59,47 +75,72 @@ class SubmissionReader(NotebookExporter):
 
 
 class SandboxedExecute(NbGraderPreprocessor):
-    """Execute the notebook inside the sandbox and keep only the outputs it produced."""
-
-    cell_timeout = Integer(60, help="Seconds one cell may run.").tag(config=True)
-    total_timeout = Integer(600, help="Seconds the whole notebook may run.").tag(config=True)
-    max_output_chars = Integer(20_000, help="Characters of text output kept per cell.").tag(config=True)
+    """Execute the notebook inside the sandbox and keep only the outputs it produced, capped and sanitized."""
 
     def preprocess(self, nb, resources):
-        missing = missing_protections()
-        if missing:
-            self.log.warning("sandbox: this machine lacks %s", "; ".join(missing))
-        with Sandbox(Limits(wall_s=self.total_timeout)) as sb:
-            src, dst = sb.home / "submission.ipynb", sb.home / "executed.ipynb"
-            nbformat.write(nb, str(src))
-            result = sb.run([sb.inside(sb.code / "execute.py"), sb.inside(src), sb.inside(dst),
-                             str(self.cell_timeout), str(self.max_output_chars)])
-            executed = self._read(dst)
+        s = settings_of(self)
+        resources[DEADLINE] = time.time() + s.learner_budget
+        wall = min(s.notebook_timeout, s.learner_budget)
+        try:
+            sb = Sandbox(Limits.of(s, wall_s=wall))
+        except (SandboxUnavailable, OSError) as e:
+            raise GraderFault(f"the sandbox could not be set up: {e}") from None
+        with sb:
+            missing = sb.missing()
+            if missing:
+                self.log.warning("sandbox: this grading lacks %s", "; ".join(missing))
+            src = sb.put("submission.ipynb", nbformat.writes(nb))
+            run = sb.run([sb.inside(sb.files / "execute.py"), src, str(s.cell_timeout), str(s.max_cell_output_chars),
+                          str(s.max_outputs_per_cell)], stdout_limit=s.max_notebook_bytes)
+        ran = self._apply(nb, run.stdout, s)
         problem = None
-        if result.timed_out:
-            problem = f"your notebook did not finish running within {self.total_timeout} s"
-        elif executed is None:
+        if run.timed_out:
+            problem = f"your notebook did not finish running within {wall:g} s"
+        elif run.over_limit:
+            problem = f"your notebook's outputs passed {s.max_notebook_bytes >> 20} MiB; the rest were not kept"
+        elif ran < sum(c.cell_type == "code" for c in nb.cells):
             problem = "your notebook could not be run to the end (it ended the Python process or used too much memory)"
-        if executed is not None:
-            for cell, run in zip(nb.cells, executed.cells):
-                if cell.cell_type == "code" and run.get("cell_type") == "code" and run.get("source") == cell.source:
-                    cell.outputs = run.get("outputs", [])
+            if ran == 0 and run.stderr.strip():
+                self.log.warning("sandbox stderr:\n%s", run.stderr[-4000:])
         if problem:
             self.log.warning("%s", problem)
             first_code = next((c for c in nb.cells if c.cell_type == "code"), None)
             if first_code is not None:
                 first_code.outputs.insert(0, _note(f"[grader] {problem}; the outputs below are those recorded before.\n"))
+        nb.metadata[RECORD] = {**record(nb), "protections": {name: ok for name, ok in sb.protections.items()}}
+        sanitize(nb)
         return nb, resources
 
-    def _read(self, path):
-        if not path.exists() or path.stat().st_size > 256 << 20:
-            return None
-        try:
-            nb = nbformat.reads(path.read_text(errors="replace"), as_version=4)
-            nbformat.validate(nb)
-            return nb
-        except Exception:  # noqa: BLE001 - whatever the sandbox wrote, it is only untrusted data
-            return None
+    def _apply(self, nb, stream: bytes, s: config.Settings) -> int:
+        """Put the outputs of each line the sandbox wrote into its code cell, checked again here; the number of
+        code cells that reported."""
+        from .execute import cap_outputs
+
+        ran = 0
+        for line in stream.splitlines():
+            try:
+                msg = json.loads(line)
+                index, outputs = int(msg["index"]), msg["outputs"]
+                cell = nb.cells[index]
+                if cell.cell_type != "code" or not isinstance(outputs, list):
+                    continue
+                outputs = [nbformat.from_dict(o) for o in outputs]
+                probe = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(outputs=outputs)])
+                nbformat.validate(probe)
+            except Exception:  # noqa: BLE001 - whatever the sandbox wrote, it is only untrusted data
+                continue
+            cell.outputs = cap_outputs(outputs, s.max_cell_output_chars, s.max_outputs_per_cell)
+            ran += 1
+        return ran
+
+
+def sanitize(nb):
+    """Learner output is data: no script, no active HTML or SVG, in any output or in a learner's markdown."""
+    cleaner = SanitizeHTML()
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "markdown" and nbgrader_meta(cell).get("locked"):
+            continue                                  # the course's own text, restored from the release
+        cleaner.preprocess_cell(cell, {}, i)
 
 
 class HiddenSuites(NbGraderPreprocessor):
@@ -108,41 +149,58 @@ class HiddenSuites(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         assignment = resources["nbgrader"]["assignment"]
         if not hidden.suite_path(assignment).exists():
-            raise RuntimeError(f"no hidden suite for assignment {assignment!r} ({hidden.suite_path(assignment).name})")
-        verdicts = hidden.grade(nb, assignment)
+            raise GraderFault(f"no hidden suite for assignment {assignment!r} ({hidden.suite_path(assignment).name})")
+        s = settings_of(self)
+        grading = hidden.grade(nb, assignment, s, resources.get(DEADLINE))
+        if grading.log:
+            self.log.debug("hidden suite log:\n%s", grading.log)
+        if grading.fault:
+            self.log.error("grader fault for %s: %s\n%s", resources["nbgrader"].get("student"), grading.fault,
+                           grading.log[-6000:])
+            raise GraderFault(f"grader fault (not the learner's): {grading.fault}")
         for cell in nb.cells:
             if not is_graded_test(cell):
                 continue
-            v = verdicts[nbgrader_meta(cell)["grade_id"]]
+            v = grading.verdicts[nbgrader_meta(cell)["grade_id"]]
             cell.outputs = [_note(v.text() + "\n"),
                             nbformat.v4.new_output("execute_result", data={"text/plain": repr(float(v.score))},
                                                    execution_count=None)]
-        resources[VERDICTS] = {gid: {"score": v.score, "points": v.points, "failed": v.failed}
-                               for gid, v in verdicts.items()}
+        rec = record(nb)
+        missing = [name for name, ok in rec.get("protections", {}).items() if not ok]
+        notes = list(dict.fromkeys([*(f"graded without: {m}" for m in missing), *grading.notes]))
+        nb.metadata[RECORD] = {**rec, **grading.to_dict(), "notes": notes,
+                               "problems": nb.metadata.get(submission.PROBLEMS, [])}
+        if notes:
+            nb.cells.insert(0, nbformat.v4.new_markdown_cell("**Grader note:** " + "; ".join(notes) + "."))
         self.log.info("hidden suite %s: %s", assignment,
-                      ", ".join(f"{gid} {v.score:g}/{v.points:g}" for gid, v in verdicts.items()))
+                      ", ".join(f"{gid} {v.score:g}/{v.points:g}" for gid, v in grading.verdicts.items()))
         return nb, resources
 
 
 class SaveDiagnoses(NbGraderPreprocessor):
-    """Write each graded cell's diagnoses as the gradebook comment of the solution cell it scores."""
+    """Write each verdict as the gradebook comment of the solution cell it scores; flag cells for manual grading."""
 
     def preprocess(self, nb, resources):
-        verdicts = resources.get(VERDICTS, {})
+        rec = record(nb)
+        grading = hidden.Grading.from_dict(rec)
         ids = resources["nbgrader"]
-        problems = "; ".join(nb.metadata.get(submission.PROBLEMS, []))
+        problems = "; ".join(rec.get("problems", []))
         solution_ids = {nbgrader_meta(c).get("grade_id") for c in nb.cells if nbgrader_meta(c).get("solution")}
         with Gradebook(ids["db_url"]) as gb:
-            for gid, v in verdicts.items():
-                name = gid[: -len(TESTS_SUFFIX)] if gid.endswith(TESTS_SUFFIX) else gid
+            for gid, v in grading.verdicts.items():
+                if v.status == hidden.FLAGGED:
+                    try:
+                        grade = gb.find_grade(gid, ids["notebook"], ids["assignment"], ids["student"])
+                        grade.needs_manual_grade = True
+                    except MissingEntry:
+                        pass
+                name = gid.removesuffix(TESTS_SUFFIX)
                 if name not in solution_ids:
                     continue
                 comment = gb.find_comment(name, ids["notebook"], ids["assignment"], ids["student"])
                 if comment.auto_comment == "No response." and not problems:
                     continue
-                text = ("; ".join(v["failed"]) if v["failed"]
-                        else f"all hidden tests passed ({v['score']:g}/{v['points']:g})")
-                comment.auto_comment = f"{problems}. {text}" if problems else text
+                comment.auto_comment = f"{problems}. {v.comment()}" if problems else v.comment()
             gb.db.commit()
         return nb, resources
 
@@ -179,6 +237,8 @@ def configure(c, feedback_directory: str = ""):
                                            LimitOutput, SaveAutoGrades, SaveDiagnoses, AssignLatePenalties,
                                            CheckCellMetadata]
     c.OverwriteCells.add_missing_cells = True
+    c.ClearMetadataPreprocessor.preserve_nb_metadata_mask = {("language_info", "name"), (RECORD,),
+                                                             (submission.PROBLEMS,)}
     c.Autograde.exporter_class = SubmissionReader
     c.ClearSolutions.enforce_metadata = True
     # A graded cell's score is the trusted verdict; nothing the learner prints may change it.
@@ -191,4 +251,3 @@ def configure(c, feedback_directory: str = ""):
     c.HTMLExporter.extra_template_basedirs = [str(Path(__file__).parent / "templates"), str(nbgrader_templates)]
     c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, OfflineMathJax]
     c.OfflineMathJax.feedback_directory = feedback_directory
-

@@ -15,7 +15,7 @@ import struct
 import time
 
 MAX_HEADER = 1 << 20           # 1 MiB of JSON
-MAX_PAYLOAD = 1 << 31          # 2 GiB of tensors
+MAX_PAYLOAD = 64 << 20         # 64 MiB of tensors (the trusted side reads with its own, smaller cap)
 
 
 class ProtocolError(Exception):
@@ -111,15 +111,16 @@ def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
     return b"".join(chunks)
 
 
-def read_message(fd: int, deadline: float | None = None):
-    """Read one frame; TimeoutError past the deadline, EOFError when the other side closed."""
+def read_message(fd: int, deadline: float | None = None, max_payload: int = MAX_PAYLOAD):
+    """Read one frame; TimeoutError past the deadline, EOFError when the other side closed,
+    ProtocolError for a malformed frame or one larger than `max_payload` bytes (never read)."""
     (hlen,) = struct.unpack("<I", _read_exact(fd, 4, deadline))
     if hlen > MAX_HEADER:
         raise ProtocolError(f"message header of {hlen} bytes is too large")
     header = _read_exact(fd, hlen, deadline)
     (plen,) = struct.unpack("<Q", _read_exact(fd, 8, deadline))
-    if plen > MAX_PAYLOAD:
-        raise ProtocolError(f"message payload of {plen} bytes is too large")
+    if plen > max_payload:
+        raise ProtocolError(f"message payload of {plen} bytes is too large (at most {max_payload})")
     payload = _read_exact(fd, plen, deadline)
     return decode(header, payload)
 

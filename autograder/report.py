@@ -13,10 +13,9 @@ Read from the gradebook (GRADEBOOK_URL, else the grading folder's SQLite file) a
 - `histogram.png`  the histogram of total scores;
 - `report.html`    one self-contained page with the three (the image inlined, no other file or host).
 
-A comment holds the diagnoses of the cell's failed hidden tests joined by "; " (`SaveDiagnoses`),
-after a note on a repaired or unreadable notebook file when there was one.  Since a diagnosis may
-itself contain "; ", the split follows the verdict that the autograded notebook's graded cell shows
-(one `FAILED:` line per diagnosis) when the comment ends with exactly those; otherwise on "; ".
+The diagnoses come from the grading record that each autograded notebook holds (the verdicts, as
+data: `autograder.hidden.Grading`), never from re-reading the text of a comment; so do the grading
+notes (protections or measurements a grading lacked), listed with the learners they concern.
 """
 from __future__ import annotations
 
@@ -33,59 +32,36 @@ from pathlib import Path
 import nbformat
 
 from . import ROOT, grade
+from .hidden import Grading, record
 from .notebooks import is_graded_test, nbgrader_meta
 
-PASSED = "all hidden tests passed"
-NO_RESPONSE = "No response."
 
-
-def verdict_failures(grading_dir: Path, assignment: str, learner: str) -> dict[str, list[str]]:
-    """graded cell -> the diagnoses its verdict lists, from the learner's autograded notebook."""
+def learner_record(grading_dir: Path, assignment: str, learner: str) -> dict:
+    """The grading record of a learner's autograded notebook ({} when there is none)."""
     path = Path(grading_dir) / "autograded" / learner / assignment / f"{assignment}.ipynb"
     try:
-        nb = nbformat.read(str(path), as_version=4)
-    except Exception:  # noqa: BLE001 - no autograded notebook: the comment alone is split
+        return record(nbformat.read(str(path), as_version=4))
+    except Exception:  # noqa: BLE001 - no autograded notebook: nothing to count
         return {}
-    found = {}
-    for cell in nb.cells:
-        if not is_graded_test(cell):
-            continue
-        text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
-        found[nbgrader_meta(cell).get("grade_id")] = [line.strip()[len("FAILED: "):] for line in text.splitlines()
-                                                      if line.strip().startswith("FAILED: ")]
-    return found
 
 
-def split_diagnoses(comment: str | None, failed: list[str] | None = None) -> list[str]:
-    """The single diagnoses in a gradebook comment; `failed` (the verdict's list), when known, fixes the split."""
-    comment = (comment or "").strip()
-    if not comment:
-        return []
-    if comment == NO_RESPONSE:
-        return [NO_RESPONSE]
-    joined = "; ".join(failed or [])
-    if failed and comment.endswith(joined):
-        note = comment[: len(comment) - len(joined)].strip()
-        return ([note.removesuffix(".")] if note else []) + list(failed)
-    if PASSED in comment:
-        note = comment[: comment.index(PASSED)].strip()
-        return [note.removesuffix(".")] if note else []
-    return [part.strip() for part in comment.split("; ") if part.strip()]
-
-
-def class_diagnoses(grading_dir: Path, rows: list[grade.CellScore], order: list[str] = ()) -> list[dict]:
-    """One record per (graded cell, diagnosis): how many learners got it, and who."""
+def class_diagnoses(grading_dir: Path, rows: list[grade.CellScore], order: list[str] = ()) -> tuple[list[dict], list[dict]]:
+    """(one record per (graded cell, diagnosis), one per grading note): how many learners got it, and who."""
     who: dict[tuple[str, str], list[str]] = defaultdict(list)
-    verdicts: dict[str, dict] = {}
-    for r in rows:
-        if r.learner not in verdicts:
-            verdicts[r.learner] = verdict_failures(grading_dir, r.assignment, r.learner)
-        for d in dict.fromkeys(split_diagnoses(r.comment, verdicts[r.learner].get(r.cell))):
-            who[(r.cell, d)].append(r.learner)
+    noted: dict[str, list[str]] = defaultdict(list)
+    for learner in sorted({r.learner for r in rows}):
+        rec = learner_record(grading_dir, rows[0].assignment, learner)
+        grading = Grading.from_dict(rec)
+        for cell, v in grading.verdicts.items():
+            for d in dict.fromkeys([*rec.get("problems", []), *v.failed]):
+                who[(cell, d)].append(learner)
+        for note in rec.get("notes", []):
+            noted[note].append(learner)
     cells = grade.ordered_cells(rows, order)
     out = [{"cell": cell, "diagnosis": d, "learners": len(names), "who": sorted(names)}
-           for (cell, d), names in who.items()]
-    return sorted(out, key=lambda x: (cells.index(x["cell"]), -x["learners"], x["diagnosis"]))
+           for (cell, d), names in who.items() if cell in cells]
+    notes = [{"note": n, "learners": len(names), "who": sorted(names)} for n, names in sorted(noted.items())]
+    return sorted(out, key=lambda x: (cells.index(x["cell"]), -x["learners"], x["diagnosis"])), notes
 
 
 def cell_order(grading_dir: Path, assignment: str) -> list[str]:
@@ -133,7 +109,8 @@ td.n{text-align:right}th{background:#f2f2f2}tr.failed td{color:#a00}h1{font-size
 img{max-width:100%}.muted{color:#666}"""
 
 
-def render_html(assignment: str, cells: list[str], lines, diagnoses: list[dict], png: bytes, n_graded: int) -> str:
+def render_html(assignment: str, cells: list[str], lines, diagnoses: list[dict], notes: list[dict], png: bytes,
+                n_graded: int) -> str:
     e = html.escape
     head = "".join(f"<th>{e(c.removesuffix('_tests'))}</th>" for c in cells)
     body = []
@@ -145,6 +122,8 @@ def render_html(assignment: str, cells: list[str], lines, diagnoses: list[dict],
     diag = "".join(f"<tr><td>{e(d['cell'].removesuffix('_tests'))}</td><td>{e(d['diagnosis'])}</td>"
                    f"<td class=\"n\">{d['learners']}</td><td>{e(', '.join(d['who']))}</td></tr>"
                    for d in diagnoses)
+    noted = "".join(f"<tr><td>{e(n['note'])}</td><td class=\"n\">{n['learners']}</td><td>{e(', '.join(n['who']))}</td></tr>"
+                    for n in notes)
     img = base64.b64encode(png).decode()
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Class report: {e(assignment)}</title>
@@ -157,6 +136,9 @@ def render_html(assignment: str, cells: list[str], lines, diagnoses: list[dict],
 <h2>Misconceptions: diagnoses per graded cell</h2>
 <table><tr><th>graded cell</th><th>diagnosis</th><th>learners</th><th>who</th></tr>
 {diag or '<tr><td colspan="4">no diagnosis: every graded cell passed</td></tr>'}</table>
+<h2>Grading notes: protections or measurements a grading lacked</h2>
+<table><tr><th>note</th><th>learners</th><th>who</th></tr>
+{noted or '<tr><td colspan="3">none: every grading had every protection</td></tr>'}</table>
 <h2>Total scores</h2>
 <img alt="histogram of the learners' total scores" src="data:image/png;base64,{img}">
 </body></html>
@@ -177,7 +159,7 @@ def build(grading_dir: Path, assignment: str, url: str | None = None, failures: 
         w.writerow(["learner", *cells, "total", "points", "status"])
         for learner, scores, total, points, status in lines:
             w.writerow([learner, *[_fmt(scores.get(c)) for c in cells], _fmt(total), _fmt(points), status])
-    diagnoses = class_diagnoses(grading_dir, rows, order)
+    diagnoses, notes = class_diagnoses(grading_dir, rows, order) if rows else ([], [])
     with open(out / "diagnoses.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["cell", "diagnosis", "learners", "who"])
@@ -188,11 +170,12 @@ def build(grading_dir: Path, assignment: str, url: str | None = None, failures: 
     max_points = max((x[3] for x in graded), default=0.0)
     png = histogram_png(totals, max_points, f"{assignment}: {len(totals)} learners")
     (out / "histogram.png").write_bytes(png)
-    page = render_html(assignment, cells, lines, diagnoses, png, len(graded))
+    page = render_html(assignment, cells, lines, diagnoses, notes, png, len(graded))
     (out / "report.html").write_text(page)
     return {"dir": str(out), "scores": str(out / "scores.csv"), "diagnoses": str(out / "diagnoses.csv"),
             "histogram": str(out / "histogram.png"), "html": str(out / "report.html"),
-            "counts": {(d["cell"], d["diagnosis"]): d["learners"] for d in diagnoses}}
+            "counts": {(d["cell"], d["diagnosis"]): d["learners"] for d in diagnoses},
+            "notes": {n["note"]: n["learners"] for n in notes}}
 
 
 def main(argv: list[str] | None = None) -> int:

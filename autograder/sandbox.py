@@ -1,31 +1,44 @@
 """Run untrusted (learner) code in a sandbox.
 
 A sandboxed process gets:
-- a fresh interpreter in a private temporary folder, its only writable place;
-- on Linux with bubblewrap: its own user, PID, network, IPC and mount namespaces, with read-only
-  views of the system, the Python installation and the virtual environment and nothing else of
-  the course (no solutions, no hidden suites, no gradebook, no other submissions), no network
-  (loopback only), no capabilities, and the whole process tree killed with it;
-- everywhere: limits on CPU time, address space, file size, open files and processes, and a
-  wall-clock limit enforced by the trusted parent, which kills the process group afterwards.
+- with bubblewrap (Linux): its own user, PID, network, IPC, UTS and cgroup namespaces and its own
+  mount namespace, holding read-only views of the system, the Python installation and the virtual
+  environment, a read-only /opt/grader with the worker's few files and its inputs, and two
+  writable folders, /sandbox (its home) and /tmp, each a tmpfs of a fixed size whose pages count in
+  the sandbox's memory; nothing of the course (no solutions, no hidden suites, no gradebook, no
+  other submissions), no network (loopback only), no capabilities;
+- a cgroup (autograder.cgroups) for the whole sandbox: a memory limit and a process limit that hold
+  for all its processes together, and the kernel's own count of CPU time and peak memory, read from
+  outside by the trusted side;
+- everywhere: per-process limits on CPU time, address space, file size and open files, a
+  wall-clock limit enforced by the trusted parent, and every process killed afterwards.
 
-Where no OS sandbox is available (macOS, a kernel without user namespaces) the process-level
-limits still apply, and `protections()` says plainly which protections are missing.
+On the host, everything a sandbox needs lives in a folder only the grader's user can enter
+(mode 0700, under one 0700 folder per user in the system's temporary folder).
+
+Without bubblewrap, grading refuses to start unless the instructor allows it explicitly
+(`allow_unsandboxed` in autograder.config); `Sandbox.protections` says what each sandbox
+actually applied, and the log, the feedback and the class report name what was missing.
 """
 from __future__ import annotations
 
+import collections
 import glob
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cgroups import Cgroup, why_unavailable
 
 GIB = 1 << 30
 # Files the sandbox may see from the autograder: the worker side of the protocol only.
@@ -33,16 +46,37 @@ SANDBOX_FILES = ("worker.py", "protocol.py", "execute.py")
 INSIDE_CODE = "/opt/grader"
 INSIDE_HOME = "/sandbox"
 
+OS_SANDBOX = "OS sandbox (bubblewrap): own user, PID, network and mount namespaces, no course files"
+DISK_CAP = "writable space capped (/sandbox and /tmp are sized tmpfs counted in memory)"
+CG_MEMORY = "memory limit and peak memory of the whole sandbox, from the kernel (cgroup)"
+CG_PIDS = "process limit for the whole sandbox (cgroup)"
+CG_CPU = "CPU time of every process of the sandbox, from the kernel (cgroup)"
+RLIMITS = "per-process limits (CPU time, address space, file size, open files)"
+WALL = "wall-clock limit, and every process killed afterwards"
+
+
+class SandboxUnavailable(RuntimeError):
+    """The machine cannot give the protections grading requires (a grader fault, not a learner's)."""
+
 
 @dataclass(frozen=True)
 class Limits:
     wall_s: float = 120.0          # enforced by the trusted parent
-    cpu_s: int = 300               # RLIMIT_CPU
-    memory: int = 4 * GIB          # RLIMIT_AS
-    file_size: int = 256 << 20     # RLIMIT_FSIZE: any single file written
+    cpu_s: int = 300               # RLIMIT_CPU, per process
+    memory: int = 4 * GIB          # the sandbox's cgroup (all processes and both tmpfs); RLIMIT_AS per process
+    disk: int = 128 << 20          # size of each of /sandbox and /tmp
+    file_size: int = 128 << 20     # RLIMIT_FSIZE: any single file written
     open_files: int = 256          # RLIMIT_NOFILE
-    processes: int = 256           # RLIMIT_NPROC (threads count too)
+    processes: int = 256           # the cgroup's pids.max (and RLIMIT_NPROC, which root ignores)
     threads: int = 1               # torch/OpenMP threads inside
+    allow_unsandboxed: bool = False
+
+    @classmethod
+    def of(cls, settings, wall_s: float) -> "Limits":
+        """The limits of autograder.config.Settings, with this wall-clock limit."""
+        return cls(wall_s=wall_s, memory=settings.memory, disk=settings.disk, file_size=settings.disk,
+                   processes=settings.processes, threads=settings.threads,
+                   allow_unsandboxed=settings.allow_unsandboxed)
 
 
 def _bwrap() -> str | None:
@@ -64,30 +98,39 @@ _BWRAP_CHECKED: dict[str, bool] = {}
 def _bwrap_works(path: str) -> bool:
     if path not in _BWRAP_CHECKED:
         try:
-            r = subprocess.run([path, *_base_binds(), "--unshare-all", "--unshare-user", "--", "/bin/true"],
-                               capture_output=True, timeout=30)
+            r = subprocess.run([path, *_base_binds(), "--unshare-all", "--unshare-user", "--size", "1048576",
+                                "--tmpfs", "/tmp", "--", "/bin/true"], capture_output=True, timeout=30)
             _BWRAP_CHECKED[path] = r.returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             _BWRAP_CHECKED[path] = False
     return _BWRAP_CHECKED[path]
 
 
+_CGROUPS: list = []
+
+
+def _cgroups_work() -> tuple[bool, str]:
+    if not _CGROUPS:
+        cg = Cgroup.create(f"probe-{os.getpid()}-{uuid.uuid4().hex[:8]}", GIB, 16)
+        _CGROUPS.append((cg is not None, why_unavailable()))
+        if cg is not None:
+            cg.remove()
+    return _CGROUPS[0]
+
+
 def protections() -> dict[str, bool]:
-    """Which protections this machine gives a sandboxed process."""
+    """Which protections this machine can give a sandboxed process."""
     os_sandbox = _bwrap() is not None
-    posix = os.name == "posix"
-    return {
-        "private temporary folder": True,
-        "resource limits (CPU, memory, files, processes)": posix,
-        "wall-clock limit and process-tree kill": True,
-        "no access to course files (mount namespace)": os_sandbox,
-        "no network (network namespace)": os_sandbox,
-        "separate PID namespace and user": os_sandbox,
-    }
+    cgroups, _ = _cgroups_work()
+    return {OS_SANDBOX: os_sandbox, DISK_CAP: os_sandbox, CG_MEMORY: cgroups, CG_PIDS: cgroups, CG_CPU: cgroups,
+            RLIMITS: os.name == "posix", WALL: True}
 
 
 def missing_protections() -> list[str]:
-    return [name for name, ok in protections().items() if not ok]
+    missing = [name for name, ok in protections().items() if not ok]
+    if CG_MEMORY in missing:
+        missing.append(f"(cgroups: {_cgroups_work()[1]})")
+    return missing
 
 
 def _base_binds() -> list[str]:
@@ -121,11 +164,55 @@ def _gpu() -> bool:
     return os.environ.get("GRADER_DEVICE", "cpu").startswith("cuda") and bool(glob.glob("/dev/nvidia*"))
 
 
-def _set_limits(limits: Limits):
+def private_root() -> Path:
+    """The one folder, mode 0700 and owned by the grader's user, that holds every sandbox's host files."""
+    root = Path(tempfile.gettempdir()) / f"grader-{os.geteuid()}"
+    try:
+        root.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(root)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise SandboxUnavailable(f"{root} is not a private folder of the grader's user (owner {st.st_uid}, mode "
+                                 f"{stat.filemode(st.st_mode)}): remove it, it may have been planted")
+    return root
+
+
+class Tail:
+    """The last `limit` bytes a pipe carried, read by a thread (a sandbox's stderr)."""
+
+    def __init__(self, stream, limit: int = 16 << 10):
+        self.chunks: collections.deque = collections.deque()
+        self.size, self.limit, self.total = 0, limit, 0
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream):
+        try:
+            while chunk := stream.read1(1 << 14) if hasattr(stream, "read1") else stream.read(1 << 14):
+                self.chunks.append(chunk)
+                self.size += len(chunk)
+                self.total += len(chunk)
+                while self.size - len(self.chunks[0]) >= self.limit:
+                    self.size -= len(self.chunks.popleft())
+        except (OSError, ValueError):
+            pass
+
+    def text(self, wait: float = 0.0) -> str:
+        if wait:
+            self.thread.join(wait)
+        data = b"".join(self.chunks)[-self.limit:]
+        cut = self.total - len(data)
+        return (f"[... {cut} bytes cut ...]\n" if cut > 0 else "") + data.decode("utf-8", "replace")
+
+
+def _limit_process(limits: Limits, cgroup: Cgroup | None):
     def apply():
         import resource
 
         os.setsid()
+        if cgroup is not None:
+            cgroup.attach()
         for res, value in ((resource.RLIMIT_CPU, limits.cpu_s), (resource.RLIMIT_AS, limits.memory),
                            (resource.RLIMIT_FSIZE, limits.file_size), (resource.RLIMIT_NOFILE, limits.open_files),
                            (resource.RLIMIT_NPROC, limits.processes), (resource.RLIMIT_CORE, 0)):
@@ -138,21 +225,40 @@ def _set_limits(limits: Limits):
 
 @dataclass
 class Sandbox:
-    """A private folder and the processes started in it; `close()` removes both."""
+    """A private folder, a cgroup and the processes started in them; `close()` removes all three.
+
+    `files` (read-only inside, at /opt/grader) holds the worker's code and whatever inputs the trusted
+    side puts there before starting a process; results come back through pipes, never files."""
 
     limits: Limits = field(default_factory=Limits)
-    home: Path = field(init=False)
     procs: list = field(default_factory=list, init=False)
 
     def __post_init__(self):
-        self.home = Path(tempfile.mkdtemp(prefix="grader-sandbox-"))
-        os.chmod(self.home, 0o777)
-        self.code = self.home / ".grader"
-        self.code.mkdir()
+        self.bwrap = _bwrap()
+        if self.bwrap is None and not self.limits.allow_unsandboxed:
+            raise SandboxUnavailable("bubblewrap cannot run on this machine, so learner code would run without an OS "
+                                     "sandbox; grading stops (an instructor may allow it explicitly: "
+                                     "GRADER_ALLOW_UNSANDBOXED=1 or c.Grader.allow_unsandboxed = True)")
+        self.dir = Path(tempfile.mkdtemp(prefix="sandbox-", dir=private_root()))
+        self.files = self.dir / "grader"
+        self.files.mkdir()
         here = Path(__file__).parent
         for name in SANDBOX_FILES:
-            shutil.copy(here / name, self.code / name)
-        self.bwrap = _bwrap()
+            shutil.copy(here / name, self.files / name)
+        self.home = self.dir / "home"          # used only without bubblewrap
+        self.home.mkdir()
+        self.cgroup = Cgroup.create(self.dir.name, self.limits.memory, self.limits.processes)
+        self.cgroup_note = "" if self.cgroup else why_unavailable()
+
+    @property
+    def protections(self) -> dict[str, bool]:
+        """What this sandbox actually applies."""
+        cg = self.cgroup is not None
+        return {OS_SANDBOX: bool(self.bwrap), DISK_CAP: bool(self.bwrap), CG_MEMORY: cg, CG_PIDS: cg, CG_CPU: cg,
+                RLIMITS: os.name == "posix", WALL: True}
+
+    def missing(self) -> list[str]:
+        return [name for name, ok in self.protections.items() if not ok]
 
     def _env(self, inside_home: str, inside_code: str) -> dict[str, str]:
         n = str(self.limits.threads)
@@ -162,23 +268,24 @@ class Sandbox:
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1",
             "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n,
             "GRADER_THREADS": n, "MPLBACKEND": "Agg", "JUPYTER_PLATFORM_DIRS": "1",
-            # A fixed threshold: freed tensors go back to the kernel, so peak RSS measures live memory.
+            # A fixed threshold: freed tensors go back to the kernel, so peak memory measures live memory.
             "MALLOC_MMAP_THRESHOLD_": "262144",
             "LANG": "C.UTF-8", "GRADER_DEVICE": os.environ.get("GRADER_DEVICE", "cpu"),
             "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "") if _gpu() else "",
         }
 
-    def command(self, argv: list[str], pass_fds: tuple[int, ...] = ()) -> tuple[list[str], dict]:
+    def command(self, argv: list[str]) -> tuple[list[str], dict]:
         """The full command line and environment that run `argv` (paths inside) in the sandbox."""
         if self.bwrap:
             env = self._env(INSIDE_HOME, INSIDE_CODE)
+            size = str(self.limits.disk)
             # /tmp first: the views bound after it (a virtual environment under /tmp) stay visible.
-            cmd = [self.bwrap, "--tmpfs", "/tmp", *_base_binds(),
+            cmd = [self.bwrap, "--size", size, "--tmpfs", "/tmp", *_base_binds(),
                    "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
                    "--die-with-parent", "--new-session",
                    "--proc", "/proc", "--dev", "/dev",
-                   "--bind", str(self.home), INSIDE_HOME,
-                   "--ro-bind", str(self.code), INSIDE_CODE,
+                   "--size", size, "--tmpfs", INSIDE_HOME,
+                   "--ro-bind", str(self.files), INSIDE_CODE,
                    "--chdir", INSIDE_HOME, "--clearenv"]
             if _gpu():
                 for dev in sorted(glob.glob("/dev/nvidia*")):
@@ -189,51 +296,105 @@ class Sandbox:
             for k, v in env.items():
                 cmd += ["--setenv", k, v]
             return cmd + ["--", _python(), *argv], env
-        env = self._env(str(self.home), str(self.code))
+        env = self._env(str(self.home), str(self.files))
         return [_python(), *argv], env
 
-    def inside(self, path: Path) -> str:
-        """Where a file of the sandbox's folder appears to the sandboxed process."""
-        rel = Path(path).resolve().relative_to(self.home.resolve())
-        return str(Path(INSIDE_HOME if self.bwrap else self.home) / rel)
+    def put(self, name: str, data: bytes | str) -> str:
+        """Write an input file the sandbox can read (not write); returns its path inside."""
+        path = self.files / name
+        path.write_bytes(data.encode() if isinstance(data, str) else data)
+        return self.inside(path)
 
-    def popen(self, argv: list[str], pass_fds: tuple[int, ...] = (), **kw) -> subprocess.Popen:
-        cmd, env = self.command(argv, pass_fds)
-        proc = subprocess.Popen(cmd, env=env, cwd=self.home, pass_fds=pass_fds,
-                                preexec_fn=_set_limits(self.limits), **kw)
+    def inside(self, path: Path) -> str:
+        """Where a file of the sandbox's `files` folder appears to the sandboxed process."""
+        rel = Path(path).resolve().relative_to(self.files.resolve())
+        return str(Path(INSIDE_CODE if self.bwrap else self.files) / rel)
+
+    def popen(self, argv: list[str], **kw) -> subprocess.Popen:
+        cmd, env = self.command(argv)
+        cwd = self.dir if self.bwrap else self.home
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, preexec_fn=_limit_process(self.limits, self.cgroup), **kw)
         self.procs.append(proc)
         return proc
 
-    def run(self, argv: list[str], **kw) -> subprocess.CompletedProcess:
-        """Run to completion within the wall-clock limit; output goes to files in the folder."""
-        out_path, err_path = self.home / ".stdout", self.home / ".stderr"
-        with open(out_path, "wb") as out, open(err_path, "wb") as err:
-            proc = self.popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, **kw)
-            timed_out = False
-            try:
-                proc.wait(timeout=self.limits.wall_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            self.kill()
-        result = subprocess.CompletedProcess(argv, proc.returncode, _tail(out_path), _tail(err_path))
-        result.timed_out = timed_out
-        return result
+    def run(self, argv: list[str], stdout_limit: int) -> "Run":
+        """Run to completion within the wall-clock limit, reading at most `stdout_limit` bytes of its output
+        (the process is killed when it writes more)."""
+        proc = self.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        err = Tail(proc.stderr)
+        out = bytearray()
+        deadline = time.monotonic() + self.limits.wall_s
+        timed_out = over = False
+        fd = proc.stdout.fileno()
+        import select
 
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            out += chunk
+            if len(out) > stdout_limit:
+                over = True
+                del out[stdout_limit:]
+                break
+        self.kill()
+        proc.stdout.close()
+        return Run(proc.returncode, bytes(out), err.text(wait=2.0), timed_out, over)
+
+    # -- measurement from outside -------------------------------------------------------------------
+    def cpu_seconds(self) -> float | None:
+        return self.cgroup.cpu_seconds() if self.cgroup else None
+
+    def reset_memory_peak(self) -> bool:
+        if not self.cgroup:
+            return False
+        self.cgroup.reset_memory_peak()
+        return True
+
+    def memory(self) -> tuple[int, int] | None:
+        """(bytes now, peak bytes since the last reset) of the whole sandbox, or None without a cgroup."""
+        return (self.cgroup.memory_current(), self.cgroup.memory_peak()) if self.cgroup else None
+
+    def pids(self) -> list[int]:
+        return self.cgroup.pids() if self.cgroup else [p.pid for p in self.procs if p.poll() is None]
+
+    # -- the end -----------------------------------------------------------------------------------
     def kill(self):
-        """Kill every process this sandbox started, with its whole process group."""
+        """Kill every process this sandbox started, wherever it moved (process group, cgroup)."""
         for proc in self.procs:
             kill_tree(proc)
+        if self.cgroup:
+            self.cgroup.kill()
         self.procs = [p for p in self.procs if p.poll() is None]
 
     def close(self):
         self.kill()
-        shutil.rmtree(self.home, ignore_errors=True)
+        if self.cgroup:
+            self.cgroup.remove()
+            self.cgroup = None
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+@dataclass
+class Run:
+    returncode: int | None
+    stdout: bytes
+    stderr: str
+    timed_out: bool
+    over_limit: bool
 
 
 def kill_tree(proc: subprocess.Popen, grace: float = 0.0):
@@ -255,17 +416,6 @@ def kill_tree(proc: subprocess.Popen, grace: float = 0.0):
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         pass
-
-
-def _tail(path: Path, limit: int = 64 << 10) -> str:
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        if size > limit:
-            f.seek(size - limit)
-        text = f.read().decode("utf-8", "replace")
-    if size > limit:
-        text = f"[... {size - limit} bytes cut ...]\n" + text
-    return text
 
 
 def wait_until(predicate, timeout: float, step: float = 0.05) -> bool:

@@ -1,23 +1,31 @@
-"""Speed checks whose clock the learner cannot touch.
+"""Speed and memory checks whose measurements the learner cannot touch.
 
 The learner's code and the reference solution each run in a sandboxed worker (the reference is
-course code, but it runs under the same limits and thread count).  For every repetition the
-grader asks each worker to build fresh inputs from a new seed (`prepare`, not timed), then times
-one `run` request from the trusted process with its own clock, then asks for a random projection
-of the output (`checksum`, not timed) and compares the two workers' checksums: a run that skipped
-work, cached, or returned something else fails.  Reference and learner alternate (reference
-first on even repetitions, learner first on odd ones); warm-up runs are discarded; the verdict
-uses the ratio of medians.  On CUDA the worker synchronises the whole device before answering and
-flushes the L2 cache before each run.
+course code, but it runs under the same limits and thread count).  One timed run is one `run`
+request: it carries a seed the grader drew for it (`secrets`), the worker builds the inputs from
+that seed, makes the calls and sends every output back in the same request, so nothing can be
+prepared before the clock starts and the grader compares the outputs itself.  Reference and
+learner alternate (reference first on even repetitions, learner first on odd ones) on the same
+seeds; warm-up runs are discarded; the verdict uses the ratio of medians.  The clock is outside
+the worker: the CPU time of the worker's cgroup on the CPU (every process it ran counts, ended
+or not), the grader's wall clock around a request that ends with a device-wide synchronise on
+CUDA (the L2 cache flushed before each run).  Memory is the rise of the cgroup's peak during one
+call, reset by the grader (on a GPU: the driver's and the allocator's readings).
 """
 from __future__ import annotations
 
 import itertools
+import secrets
 import statistics
 import time
 from dataclasses import dataclass, field
 
-from .learner import Learner, WorkerDied, on_gpu
+from .learner import GraderFault, Learner, WorkerDied, on_gpu
+
+
+def fresh_seed() -> int:
+    """A seed no submission can know in advance."""
+    return secrets.randbits(62)
 
 
 @dataclass
@@ -33,6 +41,12 @@ class Target:
         if self.handle is not None:
             req["handle"] = self.handle
         return self.proxy.request(req, timeout=timeout, what=f"{self.name} ({op})")["ok"]
+
+    def run(self, seed: int, inputs: list[dict], kwargs: dict | None = None, calls: int = 1,
+            timeout: float | None = None) -> list:
+        if on_gpu():
+            self.request("flush")
+        return self.request("run", timeout=timeout, seed=seed, inputs=inputs, kwargs=kwargs or {}, count=calls)
 
 
 @dataclass
@@ -60,18 +74,15 @@ def _clock(target: Target, cpu: bool) -> float:
 
 
 def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict | None = None, reps: int = 7,
-            warmup: int = 1, calls: int = 1, seed: int = 0, rtol: float = 1e-3, slow_limit: float = 30.0,
+            warmup: int = 1, calls: int = 1, rtol: float = 1e-3, slow_limit: float = 30.0,
             cpu: bool | None = None, same_output: bool = True, until_se: float | None = None,
             budget_s: float = 20.0, max_reps: int = 60) -> Comparison:
     """Time `learner` against `reference` on the same fresh inputs, interleaved.
 
-    Each timed run makes `calls` calls on distinct fresh inputs.  On the CPU the clock is the
-    CPU time of the worker's process tree (kernel accounting: immune to other load on the
-    machine and to anything the learner's code does to its own clocks); on CUDA it is the
-    grader's wall clock around a request that ends with a device-wide synchronise.  With
-    `same_output=False` (models whose weights differ), outputs are checked for shape and finiteness.
-    After `reps` repetitions, more follow while either side's standard error is above `until_se`
-    of its mean (default on CUDA: 1 %), until `budget_s` seconds or `max_reps` repetitions are spent.
+    Each timed run makes `calls` calls on distinct fresh inputs.  With `same_output=False` (models whose
+    weights differ), outputs are checked for shape and finiteness only.  After `reps` repetitions, more
+    follow while either side's standard error is above `until_se` of its mean (default on CUDA: 1 %),
+    until `budget_s` seconds or `max_reps` repetitions are spent.
     """
     cpu = not on_gpu() if cpu is None else cpu
     until_se = (None if cpu else 0.01) if until_se is None else until_se
@@ -88,16 +99,16 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
     for i in itertools.count():
         if enough(i):
             break
+        seed = fresh_seed()
         order = (reference, learner) if i % 2 == 0 else (learner, reference)
-        sums = {}
+        outs = {}
         for target in order:
-            target.request("prepare", seed=seed + i, inputs=inputs, kwargs=kwargs or {}, count=calls)
             timeout = None
             if target is learner and ref_best is not None:
                 timeout = max(5.0, slow_limit * ref_best)
             t0 = _clock(target, cpu)
             try:
-                target.request("run", timeout=timeout)
+                outs[id(target)] = target.run(seed, inputs, kwargs, calls, timeout=timeout)
             except WorkerDied:
                 if target is learner and timeout is not None:
                     result.mismatch = (f"one run took more than {slow_limit:g}x the reference's time: "
@@ -105,38 +116,59 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
                     return result
                 raise
             elapsed = _clock(target, cpu) - t0
-            sums[id(target)] = target.request("checksum", seed=10_000 + seed + i)
+            if elapsed <= 0:
+                raise GraderFault(f"an impossible time measurement ({elapsed:g} s for {calls} calls)")
             if i >= warmup:
                 (result.reference if target is reference else result.learner).append(elapsed)
             if target is reference:
                 ref_best = elapsed if ref_best is None else min(ref_best, elapsed)
-        if not same_checksums(sums[id(learner)], sums[id(reference)], rtol, same_output):
+        if not same_outputs(outs[id(learner)], outs[id(reference)], rtol, same_output):
             result.mismatch = "the timed calls' outputs are wrong: the time of a wrong answer does not count"
             return result
     return result
 
 
-def same_checksums(got: list[dict], want: list[dict], rtol: float = 1e-3, same_output: bool = True) -> bool:
-    """Two workers' `checksum` answers agree: shapes, finiteness and (with `same_output`) the projections."""
-    return len(got) == len(want) and all(
-        g["shape"] == w["shape"] and g["finite"]
-        and (not same_output or abs(g["checksum"] - w["checksum"]) <= rtol * (w["scale"] + 1e-6))
-        for g, w in zip(got, want))
+def same_outputs(got, want, rtol: float = 1e-3, same_values: bool = True) -> bool:
+    """The learner's outputs of a timed or measured run agree with the reference's: the same number of
+    tensors, shapes, finite where the reference is, and (with `same_values`) the same values up to `rtol`
+    of the largest reference value."""
+    import torch
+
+    if not isinstance(got, list) or len(got) != len(want):
+        return False
+    for g, w in zip(got, want):
+        if not isinstance(g, torch.Tensor) or tuple(g.shape) != tuple(w.shape):
+            return False
+        g, w = g.double(), w.double()
+        if not torch.isfinite(g[torch.isfinite(w)]).all():
+            return False
+        if same_values and w.numel():
+            scale = float(w.abs().max())
+            if not float((g - w).abs().nan_to_num(float("inf")).max()) <= rtol * scale + 1e-6:
+                return False
+    return True
 
 
-def peak_memory(target: Target, inputs: list[dict], kwargs: dict | None = None, seed: int = 0,
-                timeout: float = 120.0) -> tuple[int, list[dict]]:
-    """(bytes one call adds to its worker's peak resident memory, the checksum of its output).
+def peak_memory(target: Target, inputs: list[dict], kwargs: dict | None = None, seed: int | None = None,
+                timeout: float = 120.0) -> tuple[int, list]:
+    """(bytes one call adds to its sandbox's peak memory, the call's outputs).
 
-    The memory is the kernel's high-water mark of the worker (VmHWM in /proc, reset through
-    clear_refs just before the call, after its inputs exist), so the learner's code cannot report
-    it.  A first call on other inputs warms up thread pools and caches and is not counted; the
-    measured call's inputs are new (a cached answer fails the checksum).
+    A first call on other inputs warms up thread pools and caches and is not counted; the measured call's
+    inputs come from `seed` (give the reference the same seed to compare the outputs).  On the CPU the
+    measure is the sandbox's cgroup peak, reset by the grader just before the call: it counts every process
+    and cannot be reset or hidden from inside.
     """
-    for i in range(2):
-        target.request("prepare", seed=seed + i, inputs=inputs, kwargs=kwargs or {})
-        if i:
-            target.proxy.reset_peak_memory()
-            base = target.proxy.peak_memory()
-        target.request("run", timeout=timeout)
-    return target.proxy.peak_memory() - base, target.request("checksum", seed=10_000 + seed)
+    seed = fresh_seed() if seed is None else seed
+    target.run(fresh_seed(), inputs, kwargs, timeout=timeout)
+    proxy = target.proxy
+    if on_gpu():
+        proxy.reset_peak_memory()
+        outputs, extra = proxy.gpu_memory_peak(lambda: target.run(seed, inputs, kwargs, timeout=timeout))
+        return extra, outputs
+    proxy.reset_peak_memory()
+    base, _ = proxy.memory_now_and_peak()
+    outputs = target.run(seed, inputs, kwargs, timeout=timeout)
+    _, peak = proxy.memory_now_and_peak()
+    if peak <= 0:
+        raise GraderFault(f"an impossible memory measurement ({peak} bytes)")
+    return max(0, peak - base), outputs

@@ -2,59 +2,33 @@
 
 Runs inside the sandbox as `python worker.py CELLS.json`, talking on its original stdin/stdout
 (moved to private descriptors at start; the learner's own prints go to /dev/null).  It imports
-nothing of the course but `protocol`.  It computes; it never judges: every comparison, tolerance
-and score is decided by the trusted side with what this process sends back.
+nothing of the course but `protocol`.  It computes; it never judges.  The learner's code shares
+this interpreter and can change anything in it, this file included, so the trusted side believes
+nothing this process says about itself: it uses only the outputs it gets back for inputs it chose,
+and what the kernel measures from outside (autograder.cgroups).
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
-import time
 import traceback
-
-# The library versions of what learners implement; the worker counts calls to them.
-WATCHED = {
-    "torch.nn.functional.scaled_dot_product_attention": ("torch.nn.functional", "scaled_dot_product_attention"),
-    "torch.nn.functional.multi_head_attention_forward": ("torch.nn.functional", "multi_head_attention_forward"),
-    "torch.nn.functional.layer_norm": ("torch.nn.functional", "layer_norm"),
-    "torch.layer_norm": ("torch", "layer_norm"),
-    "torch.nn.MultiheadAttention": ("torch.nn.MultiheadAttention", "forward"),
-    "torch.nn.LayerNorm": ("torch.nn.LayerNorm", "forward"),
-    "torch.nn.TransformerEncoderLayer": ("torch.nn.TransformerEncoderLayer", "forward"),
-}
-forbidden_calls: dict[str, int] = {}
-
-
-def _watch_library():
-    import importlib
-
-    import torch
-
-    for label, (owner_path, attr) in WATCHED.items():
-        mod_path, _, cls_name = owner_path.rpartition(".")
-        try:
-            owner = importlib.import_module(owner_path)
-        except ImportError:
-            owner = getattr(importlib.import_module(mod_path), cls_name)
-        original = getattr(owner, attr)
-
-        def wrapper(*a, __original=original, __label=label, **k):
-            forbidden_calls[__label] = forbidden_calls.get(__label, 0) + 1
-            return __original(*a, **k)
-
-        setattr(owner, attr, wrapper)
-    torch.set_num_threads(int(os.environ.get("GRADER_THREADS", "1")))
-
 
 DEVICE = os.environ.get("GRADER_DEVICE", "cpu")
 _synchronize = None
 _device_memory = None
 
 
+def _setup_torch():
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("GRADER_THREADS", "1")))
+
+
 def _bind_device():
     """Take the device-wide synchronise and the allocator's statistics from torch's C extension before
-    learner code runs, so that patching torch.cuda cannot replace them."""
+    learner code runs (learner code can still reset the statistics: the trusted side also polls the
+    driver from outside, see autograder.learner)."""
     global _synchronize, _device_memory
     if DEVICE != "cpu":
         import torch
@@ -91,52 +65,58 @@ def _error(e: BaseException) -> dict:
             "message": str(e)[:2000], "traceback": "".join(lines)[-4000:]}
 
 
+def make_inputs(specs: list[dict], seed: int) -> list:
+    """The inputs of one timed call, from a seed the grader drew for this request."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    args = []
+    for spec in specs:
+        dtype = getattr(torch, spec.get("dtype", "float32"))
+        if spec["kind"] == "randn":
+            t = torch.randn(spec["shape"], generator=g, dtype=torch.float32).to(dtype)
+        elif spec["kind"] == "tokens":
+            t = torch.randint(0, spec["high"], spec["shape"], generator=g)
+        elif spec["kind"] == "causal":
+            n = spec["shape"][-1]
+            t = torch.ones(n, n, dtype=torch.bool).tril()
+        else:
+            raise ValueError(f"unknown input kind {spec['kind']}")
+        args.append(t.to(DEVICE))
+    return args
+
+
 class Worker:
     def __init__(self, ns: dict):
         self.ns = ns
         self.handles: dict[int, object] = {}
-        self.prepared = None
-        self.last_outputs = []
 
     def obj(self, handle):
         if handle not in self.handles:
             raise KeyError(f"unknown handle {handle}")
         return self.handles[handle]
 
-    def describe(self, obj) -> dict:
-        import torch
-
-        info = {"type": type(obj).__name__, "mro": [c.__name__ for c in type(obj).__mro__],
-                "module": isinstance(obj, torch.nn.Module)}
-        if info["module"]:
-            info["params"] = {n: list(p.shape) for n, p in obj.named_parameters()}
-            info["children"] = {n: {"type": type(m).__name__, "mro": [c.__name__ for c in type(m).__mro__]}
-                                for n, m in obj.named_modules() if n}
-            info["linear_bias"] = {n: m.bias is not None for n, m in obj.named_modules()
-                                   if isinstance(m, torch.nn.Linear)}
-        return info
-
-    def op_names(self, req):
-        import inspect
-
-        out = {}
-        for name in req["names"]:
-            v = self.ns.get(name)
-            out[name] = ("missing" if name not in self.ns else "class" if inspect.isclass(v)
-                         else "function" if callable(v) else "other")
-        return out
-
-    def op_call(self, req):
+    def target(self, req):
+        if req.get("handle"):
+            return self.obj(req["handle"])
         fn = self.ns.get(req["name"])
         if fn is None:
             raise NameError(f"name '{req['name']}' is not defined")
-        return fn(*req.get("args", []), **req.get("kwargs", {}))
+        return fn
+
+    def op_call(self, req):
+        return self.target(req)(*req.get("args", []), **req.get("kwargs", {}))
+
+    def op_call_twice(self, req):
+        """Two calls on the same argument objects, and the arguments as they are afterwards."""
+        f, args, kwargs = self.target(req), req.get("args", []), req.get("kwargs", {})
+        return {"first": f(*args, **kwargs), "second": f(*args, **kwargs), "args_after": list(args)}
 
     def op_new(self, req):
         obj = self.op_call(req)
         handle = len(self.handles) + 1
         self.handles[handle] = obj
-        return {"handle": handle, "info": self.describe(obj)}
+        return {"handle": handle}
 
     def op_method(self, req):
         return getattr(self.obj(req["handle"]), req["method"])(*req.get("args", []), **req.get("kwargs", {}))
@@ -149,27 +129,24 @@ class Worker:
         return None
 
     def op_train(self, req):
-        """Train a model handle with plain SGD-style steps on batches the grader sends."""
+        """Train a model handle with AdamW on batches of the data the grader sends."""
         import torch
 
         model = self.obj(req["handle"])
         opt = torch.optim.AdamW(model.parameters(), lr=req["lr"], weight_decay=0.0)
         x, y = req["x"], req["y"]
-        steps, bs = req["steps"], req["batch_size"]
         g = torch.Generator().manual_seed(req["seed"])
-        losses = []
         model.train()
-        for _ in range(steps):
-            idx = torch.randint(0, x.shape[0], (bs,), generator=g)
+        for _ in range(req["steps"]):
+            idx = torch.randint(0, x.shape[0], (req["batch_size"],), generator=g)
             logits = model(x[idx])
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y[idx].reshape(-1),
                                                      ignore_index=-100)
             opt.zero_grad()
             loss.backward()
             opt.step()
-            losses.append(float(loss))
         model.eval()
-        return losses
+        return None
 
     def op_backward(self, req):
         """Call a handle's forward, backpropagate the given output gradient, return input/param grads."""
@@ -184,44 +161,15 @@ class Worker:
         return {"out": out, "input_grads": [a.grad if isinstance(a, torch.Tensor) else None for a in args],
                 "param_grads": {n: p.grad for n, p in obj.named_parameters() if p.grad is not None}}
 
-    def op_prepare(self, req):
-        """Make fresh inputs for the next timed `run` from a seed the grader chose (not timed)."""
-        import torch
-
-        g = torch.Generator().manual_seed(req["seed"])
-        self.prepared = [(self._inputs(req["inputs"], g), req.get("kwargs", {})) for _ in range(req.get("count", 1))]
-        if DEVICE != "cpu":
-            _flush_l2()
-        return None
-
-    @staticmethod
-    def _inputs(specs, g):
-        import torch
-
-        args = []
-        for spec in specs:
-            dtype = getattr(torch, spec.get("dtype", "float32"))
-            if spec["kind"] == "randn":
-                t = torch.randn(spec["shape"], generator=g, dtype=torch.float32).to(dtype)
-            elif spec["kind"] == "tokens":
-                t = torch.randint(0, spec["high"], spec["shape"], generator=g)
-            elif spec["kind"] == "causal":
-                n = spec["shape"][-1]
-                t = torch.ones(n, n, dtype=torch.bool).tril()
-            else:
-                raise ValueError(f"unknown input kind {spec['kind']}")
-            args.append(t.to(DEVICE))
-        return args
-
     def op_run(self, req):
-        """Run the prepared call once; the grader's clock measures this request from outside."""
+        """One timed run: make `count` calls on fresh inputs built here from the request's seed and return
+        their outputs.  The grader's clock measures this whole request from outside."""
         import torch
 
-        prepared, self.prepared = self.prepared, None
-        target = self.obj(req["handle"]) if req.get("handle") else self.ns.get(req["name"])
+        target = self.target(req)
         outputs = []
-        for args, kwargs in prepared:
-            out = target(*args, **kwargs)
+        for i in range(req.get("count", 1)):
+            out = target(*make_inputs(req["inputs"], req["seed"] + i), **req.get("kwargs", {}))
             if isinstance(out, (tuple, list)):
                 out = out[0]
             if type(out) is not torch.Tensor:
@@ -229,21 +177,14 @@ class Worker:
             outputs.append(out)
         if DEVICE != "cpu":
             _synchronize()
-        self.last_outputs = outputs
+            outputs = [o.cpu() for o in outputs]
+        return outputs
+
+    def op_flush(self, req):
+        """Before a timed run on a GPU: cold L2 cache."""
+        if DEVICE != "cpu":
+            _flush_l2()
         return None
-
-    def op_checksum(self, req):
-        """A random projection of the last timed output: proves the work was done (not timed)."""
-        import torch
-
-        g = torch.Generator().manual_seed(req["seed"])
-        sums = []
-        for out in self.last_outputs:
-            out = out.detach().to("cpu", torch.float64)
-            proj = torch.randn(out.shape, generator=g, dtype=torch.float64)
-            sums.append({"checksum": float((out * proj).sum()), "scale": float(out.abs().sum()),
-                         "shape": list(out.shape), "finite": bool(torch.isfinite(out).all())})
-        return sums
 
     def op_device_memory(self, req):
         """Bytes the GPU's caching allocator holds for tensors: now, and at most since the last reset."""
@@ -263,20 +204,11 @@ class Worker:
         op = getattr(self, "op_" + str(req.get("op")), None)
         if op is None:
             return {"error": {"type": "ProtocolError", "mro": [], "message": "unknown op", "traceback": ""}}
-        forbidden_calls.clear()
-        args = req.get("args", [])
-        t0 = time.perf_counter()
         try:
             with torch.no_grad() if req.get("no_grad", True) and req["op"] not in ("train", "backward") else _null():
-                value = op(req)
-            resp = {"ok": value}
+                return {"ok": op(req)}
         except BaseException as e:  # noqa: BLE001 - the learner's exception is data here
-            resp = {"error": _error(e)}
-        resp["worker_seconds"] = time.perf_counter() - t0
-        resp["forbidden"] = dict(forbidden_calls)
-        if req.get("return_args"):
-            resp["args_after"] = list(args)
-        return resp
+            return {"error": _error(e)}
 
 
 class _null:
@@ -292,13 +224,15 @@ def main():
 
     proto_in, proto_out = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
+    for fd in (0, 1):
         os.dup2(devnull, fd)
-
-    _watch_library()
+    _setup_torch()
     _bind_device()
     with open(sys.argv[1]) as f:
         cells = json.load(f)
+    # Learner code may print to stderr: from here on it goes to /dev/null, what came before (import
+    # errors of the worker itself) stays in the grading log.
+    os.dup2(devnull, 2)
     ns = {"__name__": "__main__", "__builtins__": __builtins__}
     cell_errors = []
     for cell in cells:
@@ -308,7 +242,7 @@ def main():
         except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt too: record and go on
             cell_errors.append({"cell": cell["id"], **_error(e)})
     worker = Worker(ns)
-    write_message(proto_out, {"ready": True, "cell_errors": cell_errors, "forbidden": dict(forbidden_calls)})
+    write_message(proto_out, {"ready": True, "cell_errors": cell_errors})
     while True:
         try:
             req = read_message(proto_in)
@@ -320,8 +254,7 @@ def main():
         except TypeError as e:
             write_message(proto_out, {"error": {"type": "TypeError", "mro": ["TypeError"],
                                                 "message": f"returned a value the grader cannot read: {e}",
-                                                "traceback": ""},
-                                      "worker_seconds": resp.get("worker_seconds", 0.0), "forbidden": {}})
+                                                "traceback": ""}})
 
 
 if __name__ == "__main__":

@@ -14,12 +14,14 @@ import subprocess
 import sys
 import time
 
+import nbformat
 import pytest
 
 from autograder import classgrade, grade, hidden, report, variants
 
 pytestmark = pytest.mark.xdist_group("class-scale")
 ASG = "positional_encoding"
+NOT_IMPLEMENTED = "not implemented yet (it raises NotImplementedError)"
 POINTS = {"sinusoidal_encoding_tests": 4.0, "rope_tests": 4.0, "alibi_bias_tests": 3.0}
 BUG = "sin_cos_swapped"
 
@@ -44,7 +46,7 @@ def _scores(url):
 @pytest.fixture(scope="module")
 def serial_bug_verdict():
     """What serial grading gives the buggy learner: the hidden suite run on the notebook directly."""
-    return {gid: v.score for gid, v in hidden.grade(variants.submission(ASG, _bug().cells), ASG).items()}
+    return {gid: v.score for gid, v in hidden.grade(variants.submission(ASG, _bug().cells), ASG).verdicts.items()}
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +150,9 @@ def test_report_counts_the_class_diagnoses(sqlite_class):
         found = {k: n for k, n in counts.items() if k[0] == cell and diagnosis in k[1]}
         assert found and set(found.values()) == {1}, found
         assert {who[k] for k in found} == {"ben"}
-    assert {who[k] for k in counts if k[1] != "No response."} == {"ben"}
+    assert {who[k] for k in counts if k[1] != NOT_IMPLEMENTED} == {"ben"}
     for cell in POINTS:
-        assert counts[(cell, "No response.")] == 1
+        assert counts[(cell, NOT_IMPLEMENTED)] == 1
     assert (folder / "histogram.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (folder / "report.html").read_text()
     assert 'src="data:image/png;base64,' in page
@@ -278,13 +280,18 @@ def test_a_learner_over_time_is_stopped_with_its_process_tree(tmp_path, monkeypa
     assert not survivors
 
 
-def test_diagnoses_are_split_as_the_verdict_lists_them():
+def test_the_report_counts_the_verdicts_as_recorded(tmp_path):
+    """Diagnoses come from the record in the autograded notebook, whole: one holding "; " stays one."""
     a = "the scores are divided by d; divide by sqrt(d)"
-    b = "masked keys get weight"
-    assert report.split_diagnoses(f"{a}; {b}", [a, b]) == [a, b]
-    assert report.split_diagnoses(f"{a}; {b}") == ["the scores are divided by d", "divide by sqrt(d)", b]
-    assert report.split_diagnoses("No response.") == ["No response."]
-    assert report.split_diagnoses("all hidden tests passed (4/4)") == []
-    assert report.split_diagnoses("your file was repaired. all hidden tests passed (4/4)") == ["your file was repaired"]
-    assert report.split_diagnoses(f"your file was repaired. {a}", [a]) == ["your file was repaired", a]
-    assert report.split_diagnoses(None) == []
+    verdict = hidden.Verdict("rope_tests", 4.0, 1.0, checks=[hidden.Check("values", 1, False, a),
+                                                             hidden.Check("shape", 1, True)])
+    nb = nbformat.v4.new_notebook()
+    nb.metadata[hidden.RECORD] = {**hidden.Grading({"rope_tests": verdict}).to_dict(),
+                                  "notes": ["graded without: x"], "problems": ["your file was repaired"]}
+    path = tmp_path / "autograded" / "ann" / ASG / f"{ASG}.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, str(path))
+    rows = [grade.CellScore("ann", ASG, "rope_tests", 1.0, 4.0, "ignored: the comment is not re-read")]
+    diagnoses, notes = report.class_diagnoses(tmp_path, rows)
+    assert [(d["diagnosis"], d["who"]) for d in diagnoses] == [("your file was repaired", ["ann"]), (a, ["ann"])]
+    assert notes == [{"note": "graded without: x", "learners": 1, "who": ["ann"]}]

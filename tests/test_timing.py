@@ -4,7 +4,7 @@ import pytest
 from autograder import variants
 from autograder.learner import Learner
 from autograder.notebooks import learner_cells
-from autograder.timing import Target, compare, peak_memory, same_checksums
+from autograder.timing import Target, compare, peak_memory, same_outputs
 
 SDPA = "scaled_dot_product_attention"
 TINY = [{"kind": "randn", "shape": [1, 1, 8, 4]}] * 3
@@ -30,9 +30,18 @@ def test_repetitions_continue_until_the_standard_error_is_small(pair):
     assert len(loose.learner) == 3 and loose.mismatch is None
 
 
-def test_peak_memory_reports_the_output_checksum(pair):
+def test_peak_memory_returns_the_measured_call_s_outputs(pair):
     (extra_a, a), (extra_b, b) = (peak_memory(t, TINY, seed=5) for t in pair)
     assert extra_a >= 0 and extra_b >= 0
-    assert same_checksums(a, b)
+    assert same_outputs(a, b)
     other = peak_memory(pair[0], TINY, seed=6)[1]
-    assert not same_checksums(other, b), "other inputs, other output: the checksum sees the difference"
+    assert not same_outputs(other, b), "other inputs, other output: the comparison sees the difference"
+
+
+def test_each_timed_run_has_inputs_of_its_own(pair):
+    """The seed of a timed run is drawn for it: two runs with drawn seeds see different inputs."""
+    from autograder.timing import fresh_seed
+
+    a, b = (pair[0].run(fresh_seed(), TINY) for _ in range(2))
+    assert not same_outputs(a, b)
+    assert same_outputs(pair[0].run(7, TINY), pair[1].run(7, TINY)), "the same seed, the same inputs in both workers"

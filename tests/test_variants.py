@@ -9,7 +9,9 @@ from conftest import ASSIGNMENTS, all_variants
 
 
 def _grade(asg, cells=None, answered=True):
-    return hidden.grade(variants.submission(asg, cells, answered=answered), asg)
+    grading = hidden.grade(variants.submission(asg, cells, answered=answered), asg)
+    assert grading.fault is None, f"{grading.fault}\n{grading.log[-3000:]}"
+    return grading.verdicts
 
 
 @pytest.mark.parametrize("asg", ASSIGNMENTS)
@@ -32,6 +34,7 @@ def test_variant(asg, variant):
     if isinstance(variant, variants.Correct):
         for gid, v in verdicts.items():
             assert v.score == v.points, f"correct answer '{variant.name}' lost points in {gid}: {v.failed}"
+            assert v.status == hidden.GRADED, f"correct answer '{variant.name}' flagged in {gid}: {v.notes}"
         return
     for gid, v in verdicts.items():
         if gid in variant.fails:

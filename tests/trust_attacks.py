@@ -1,0 +1,212 @@
+"""Learners who try to gain speed, memory, library or model points without doing the work.
+
+Each attacker submits the same honest-but-imperfect code as a control learner (a Python loop over
+query positions, a blockwise attention that holds the whole score matrix, an in-place block, a
+hard-coded model) plus one trick per part, written as a motivated learner holding the grader's source
+would write it.  A trick gains nothing when the part scores no more than the control's, or when the
+grader proves a library use (0 points) or flags the notebook for the instructor.
+"""
+from autograder import variants
+
+_ATTENTION = {v.name: v.cells for v in variants.load("attention")}
+_RESIDUAL = {v.name: v.cells for v in variants.load("residual")}
+
+LOOP = _ATTENTION["sdpa_query_loop"]["scaled_dot_product_attention"]
+FULL = _ATTENTION["blockwise_full_matrix"]["blockwise_attention"]
+IN_PLACE = _RESIDUAL["block_in_place"]["TransformerBlock"]
+
+# -- speed: the timed request's clock, inputs and outputs ------------------------------------------------
+PATCH_WORKER = LOOP + '''
+import sys
+_worker = sys.modules["__main__"].Worker
+
+
+def _instant_run(self, req):
+    """The timed request answers at once: the work was to happen elsewhere, untimed."""
+    shape = [1, 2, 256, 16]
+    return [torch.zeros(shape) for _ in range(req.get("count", 1))]
+
+
+_worker.op_run = _instant_run
+'''
+
+REAPED_CHILDREN = LOOP + '''
+import os, signal, time
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+_burnt = []
+for _ in range(30):
+    _pid = os.fork()
+    if _pid == 0:
+        _t = time.process_time()
+        while time.process_time() - _t < 0.05:
+            pass
+        os.kill(os.getpid(), signal.SIGSTOP)
+        os._exit(0)
+    _burnt.append(_pid)
+_loop = scaled_dot_product_attention
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    if _burnt:                        # a killed child's CPU time leaves a process-tree clock
+        os.kill(_burnt.pop(), signal.SIGKILL)
+    return _loop(q, k, v, mask)
+'''
+
+PRECOMPUTE = LOOP + '''
+_loop = scaled_dot_product_attention
+_answers = {}
+for _seed in range(8):                # the seeds an older grader used for its timed inputs
+    _g = torch.Generator().manual_seed(_seed)
+    for _ in range(40):
+        _q, _k, _v = (torch.randn([1, 2, 256, 16], generator=_g) for _ in range(3))
+        _answers[float(_q.sum())] = _loop(_q, _k, _v)
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    hit = _answers.get(float(q.sum())) if mask is None and q.shape == (1, 2, 256, 16) else None
+    return hit if hit is not None else _loop(q, k, v, mask)
+'''
+
+# -- memory: the peak of the whole sandbox ---------------------------------------------------------------
+CLEAR_REFS = FULL.replace("    return torch.softmax(s, dim=-1) @ v\n", '''    out = torch.softmax(s, dim=-1) @ v
+    del s
+    with open("/proc/self/clear_refs", "w") as f:     # resets the process's VmHWM
+        f.write("5")
+    return out
+''')
+
+FORKED_CHILD = FULL.replace("def blockwise_attention(", "def _full_attention(") + '''
+
+def blockwise_attention(q, k, v, causal=False, block_size=64):
+    """The whole matrix, in a child process whose memory a per-process reading never sees."""
+    import os
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        data = _full_attention(q, k, v, causal).contiguous().numpy().tobytes()
+        while data:
+            data = data[os.write(w, data):]
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 1 << 16):
+        chunks.append(chunk)
+    os.close(r)
+    os.waitpid(pid, 0)
+    shape = (*q.shape[:-1], v.shape[-1])
+    return torch.frombuffer(bytearray(b"".join(chunks)), dtype=q.dtype).reshape(shape)
+'''
+
+# -- library versions by routes a runtime watcher did not see ----------------------------------------------
+SDPA_C = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    out = torch._C._nn.scaled_dot_product_attention(q, k, v, attn_mask=mask).nan_to_num(0.0)
+    s = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return out, torch.softmax(s, -1).nan_to_num(0.0)
+'''
+
+BLOCKWISE_ATEN = '''def blockwise_attention(q, k, v, causal=False, block_size=64):
+    return torch.ops.aten.scaled_dot_product_attention(q, k, v, is_causal=causal)
+'''
+
+MHA_GETATTR = _ATTENTION["softmax_einsum"]["MultiHeadAttention"].replace(
+    "        scores = torch.einsum(\"bqhd,bkhd->bhqk\", q, k) / math.sqrt(q.shape[-1])\n"
+    "        if mask is not None:\n"
+    "            scores = scores.masked_fill(~mask, float(\"-inf\"))\n"
+    "        w = torch.softmax(scores, dim=-1).nan_to_num(0.0)\n"
+    "        out = torch.einsum(\"bhqk,bkhd->bqhd\", w, v).flatten(-2)\n",
+    "        attend = getattr(torch.nn.functional, \"scaled_dot_product_\" + \"attention\")\n"
+    "        out = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),\n"
+    "                     attn_mask=mask).nan_to_num(0.0).transpose(1, 2).flatten(-2)\n")
+
+NATIVE_LN = '''class LayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        return torch.native_layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)[0]
+'''
+
+# -- inputs "left unchanged": the worker's copy of the arguments, forged ------------------------------------
+IN_PLACE_FORGED = IN_PLACE + '''
+import sys
+_worker = sys.modules["__main__"].Worker
+
+
+def _call_twice(self, req):
+    f, kwargs = self.target(req), req.get("kwargs", {})
+    first = f(*[a.clone() for a in req.get("args", [])], **kwargs)
+    second = f(*[a.clone() for a in req.get("args", [])], **kwargs)
+    return {"first": first, "second": second, "args_after": list(req.get("args", []))}
+
+
+_worker.op_call_twice = _call_twice
+'''
+
+# -- a model that knows the task instead of learning it --------------------------------------------------
+FAKE_MODEL = '''class TinyTransformer(nn.Module):
+    """Repeats the token 3 places back, from one-hot vectors: no attention, nothing learned."""
+
+    def __init__(self, vocab_size, d_model, n_heads, d_ff, n_layers, max_len, norm_first=True):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.scale = nn.Parameter(torch.tensor(10.0))
+
+    def forward(self, tokens):
+        B, T = tokens.shape
+        back = torch.cat([tokens.new_zeros(B, 3), tokens], dim=1)[:, :T]
+        return torch.nn.functional.one_hot(back, self.vocab_size).float() * self.scale
+'''
+
+FAKE_MODEL_NAMED = '''class TransformerBlock(nn.Module):
+    pass
+
+
+class LayerNorm(nn.Module):
+    pass
+
+
+''' + FAKE_MODEL.replace("        self.scale = nn.Parameter(torch.tensor(10.0))\n",
+                         "        self.scale = nn.Parameter(torch.tensor(10.0))\n"
+                         "        self.blocks = nn.ModuleList(TransformerBlock() for _ in range(n_layers))\n"
+                         "        self.norm = LayerNorm()\n")
+
+# learner -> (the cells that differ from the reference); the control learners hold the same code, no trick
+CLASSES = {
+    "attention": {
+        "control": {"scaled_dot_product_attention": LOOP, "blockwise_attention": FULL},
+        "patch_worker_clear_refs": {"scaled_dot_product_attention": PATCH_WORKER, "blockwise_attention": CLEAR_REFS},
+        "reaped_children_forked_memory": {"scaled_dot_product_attention": REAPED_CHILDREN,
+                                          "blockwise_attention": FORKED_CHILD},
+        "precompute_aten": {"scaled_dot_product_attention": PRECOMPUTE, "blockwise_attention": BLOCKWISE_ATEN},
+        "c_route_getattr": {"scaled_dot_product_attention": SDPA_C, "MultiHeadAttention": MHA_GETATTR},
+    },
+    "residual": {
+        "control": {"TransformerBlock": IN_PLACE},
+        "native_ln_forged_args": {"LayerNorm": NATIVE_LN, "TransformerBlock": IN_PLACE_FORGED},
+    },
+    "transformer": {
+        "control": {"TinyTransformer": FAKE_MODEL},
+        "fake_names": {"TinyTransformer": FAKE_MODEL_NAMED},
+    },
+}
+
+# attacker -> graded cells where the grader proves a library use (0 points, with the library's name)
+LIBRARY = {
+    "precompute_aten": {"blockwise_attention_tests": "torch.ops.aten.scaled_dot_product_attention"},
+    "c_route_getattr": {"scaled_dot_product_attention_tests": "torch._C._nn.scaled_dot_product_attention"},
+    "native_ln_forged_args": {"LayerNorm_tests": "torch.native_layer_norm"},
+}
+# attacker -> what the flag for the instructor names
+FLAGGED = {
+    "patch_worker_clear_refs": "sys.modules",
+    "reaped_children_forked_memory": "os.fork",
+    "c_route_getattr": "getattr() on torch.nn.functional with a computed name",
+    "native_ln_forged_args": "sys.modules",
+}
