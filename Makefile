@@ -29,8 +29,13 @@ install: $(VENV)/.installed
 book: install graphviz $(VIZ_JS)
 	$(BIN)/jupyter-book build --all -W -n --keep-going .
 
+# Write into solutions/ what each graded cell grades (and the visible training run's settings), from the hidden suites.
+.PHONY: criteria
+criteria: install
+	$(PY) -m autograder.criteria $(ASSIGNMENTS)
+
 # Regenerate the learner release exercises/ from the one source, solutions/.
-exercises: install
+exercises: criteria
 	$(PY) -m autograder.release $(ASSIGNMENTS)
 
 # Grade the bundled example class with the real nbgrader and print the gradebook.
