@@ -36,7 +36,8 @@ from pathlib import Path
 
 FORMAT = "course-graph/1"
 MAX_NODES, MAX_EDGES, MAX_GROUPS = 20_000, 80_000, 5_000   # what a graph read from data may hold
-MAX_STR, MAX_DIFFS, MAX_DRAWN = 300, 20, 4_000              # a string, the differences named, nodes drawn
+MAX_STR, MAX_DIFFS, MAX_DRAWN = 300, 20, 1_500              # a string, the differences named, nodes drawn
+MAX_BLOCKS = 64                                             # blocks compared
 DOT_TIMEOUT = 120.0
 
 # Sizes of the example inputs, all distinct so that every size in a shape can be named.
@@ -513,13 +514,14 @@ class Graph:
                 stack += [(i, False) for i in self.ins[n] if i not in self._dep and i not in visiting]
         return self._dep[nid]
 
-    def ancestors(self, nid, limit=2000):
-        seen, todo = set(), [nid]
-        while todo and len(seen) < limit:
+    def descendants(self, starts) -> set:
+        """The nodes that depend on any of `starts`, these included."""
+        seen, todo = set(), list(starts)
+        while todo:
             n = todo.pop()
             if n not in seen:
                 seen.add(n)
-                todo += self.ins[n]
+                todo += self.outs[n]
         return seen
 
 
@@ -614,10 +616,8 @@ def _block(G: Graph, b: str) -> dict:
                 return node["dtype"] == "bool" or (_float(node) and node["shape"] is not None and L is not None and
                                                    len(node["shape"]) >= 2 and node["shape"][-2:] == [L, L])
 
-            def outside(n):
-                return n not in inside and masklike(n)
-
-            s["mask"] = any(masklike(i) and any(outside(a) for a in G.ancestors(i)) for i in ext.get(c, [])) or \
+            masks = G.descendants(n for n in G.order if n not in inside and masklike(n))   # masks from outside
+            s["mask"] = any(masklike(i) and i in masks for i in ext.get(c, [])) or \
                 any("is_causal=True" in G.nodes[n]["args"] for n in cnodes)
         else:
             s["acts"] = [G.nodes[n]["op"] for n in cnodes if G.nodes[n]["op"] in ACTS]
@@ -632,9 +632,9 @@ def _analyse(G: Graph) -> dict:
     """The structure of a traced model: its blocks in call order, and for a whole model its embedding and head."""
     top = [g for g in sorted(G.groups, key=lambda g: min((G.index[n] for n in G.members[g]), default=1 << 40))
            if G.role(g) == "block" and not any(G.role(a) == "block" for a in _above(G, g))]
-    if G.role("") == "block":
-        top = [""]
-    a = {"blocks": [_block(G, b) for b in top], "is_block": top == [""]}
+    top = [""] if G.role("") == "block" else top
+    a = {"blocks": [_block(G, b) for b in top[:MAX_BLOCKS]], "n_blocks": len(top), "is_block": top == [""]}
+    top = top[:MAX_BLOCKS]
     outs = [i for n in G.order if G.nodes[n]["kind"] == "output" for i in G.ins[n]]
     a["out"] = outs[0] if outs else None
     a["out_shape"] = G.nodes[outs[0]]["shape"] if outs else None
@@ -733,8 +733,9 @@ def _compare(L: Graph, R: Graph):
         return [(f"no {what} found in your model's graph: the blocks are the modules of type TransformerBlock",
                  set(), set())]
     if not ra["is_block"]:
-        if len(lb) != len(rb):
-            found.append((f"your model runs {len(lb)} block{'s' * (len(lb) != 1)}; the reference runs {len(rb)} "
+        if la["n_blocks"] != ra["n_blocks"]:
+            n = la["n_blocks"]
+            found.append((f"your model runs {n} block{'s' * (n != 1)}; the reference runs {len(rb)} "
                           f"(n_layers = {len(rb)})", set(), set()))
         if la.get("shared") and not ra.get("shared"):
             if len({L.groups[b['id']]["module"] for b in lb}) == 1 and len(lb) > 1:
@@ -888,8 +889,10 @@ def parts(G: Graph, F: Graph | None = None, highlight=(), names=None, prefix="",
     if names is None:
         names = _names(F, a)
     highlight = set(highlight)
-    visible = [n for n in G.order if params or not _hidden(G, F, n)][:MAX_DRAWN]
+    visible = [n for n in G.order if params or not _hidden(G, F, n)]
     shown = set(visible)
+    if len(visible) > MAX_DRAWN or sum(len(G.outs[n]) for n in visible) > 4 * MAX_DRAWN:
+        raise Unreadable(f"{len(visible)} nodes, too many to draw (at most {MAX_DRAWN})")
     dot_id = {n: f"{prefix}n{i}" for i, n in enumerate(visible)}
     count = {gid: 0 for gid in G.groups}
     for n in visible:
@@ -906,6 +909,13 @@ def parts(G: Graph, F: Graph | None = None, highlight=(), names=None, prefix="",
             gid = G.groups[gid]["parent"]
         return gid
 
+    chain = {n: set(_above(G, G.nodes[n]["group"])) | {G.nodes[n]["group"]} for n in visible}
+    leaving = {}                                   # group -> the last node whose result leaves it
+    for n in visible:
+        for u in G.outs[n]:
+            if u in shown:
+                for gid in chain[n] - chain[u]:
+                    leaving[gid] = n
     stream = _stream_nodes(F, a)
     out = {"graph": 'rankdir=TB; nodesep=0.25; ranksep=0.3; fontname="Helvetica"; '
                     'node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10, height=0.3]; '
@@ -919,9 +929,8 @@ def parts(G: Graph, F: Graph | None = None, highlight=(), names=None, prefix="",
         call = gid.rsplit("@", 1)[1] if "@" in gid else ""
         label = f"{rel}{' (call ' + call + ')' if call else ''} · {g['type']}"
         hit = any(n in highlight for n in _nodes(G, gid))
-        outs = [n for n in visible if G.nodes[n]["group"] in G.subtree(gid) and
-                any(u in shown and G.nodes[u]["group"] not in G.subtree(gid) for u in G.outs[n])]
-        shape = _shape(G.nodes[outs[-1]]["shape"], names) if outs and G.nodes[outs[-1]]["shape"] is not None else ""
+        last = leaving.get(gid)
+        shape = _shape(G.nodes[last]["shape"], names) if last and G.nodes[last]["shape"] is not None else ""
         fill = COLORS["hit"] if hit else COLORS["branch"]
         out["clusters"].append({
             "id": cid, "group": gid, "parent": clusters.get(home(parent)) if parent else None, "label": label,
@@ -1059,7 +1068,8 @@ def _dot_svg(source: str) -> str:
         raise RuntimeError("Graphviz's dot is not installed: `make` installs it (apt-get install graphviz)") from None
     if r.returncode != 0:
         raise RuntimeError(f"dot failed: {r.stderr.strip()[:500]}")
-    return r.stdout[r.stdout.index("<svg"):]
+    svg = r.stdout[r.stdout.index("<svg"):]
+    return svg.replace("<svg ", '<svg style="max-width:100%;height:auto" ', 1)      # shrinks to fit a page
 
 
 def explorer_data(graph) -> dict:

@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autograder import graph, variants
+from autograder import graph, sandbox, variants
 from autograder.notebooks import learner_cells, read, source_notebook
 from conftest import ROOT
 
@@ -145,6 +145,32 @@ def test_variant_differences(asg, variant, norm_first):
 def test_every_known_mistake_is_classified():
     names = {v.name for asg in MODEL for v in variants.load(asg) if isinstance(v, variants.Bug)}
     assert names == set(STRUCTURAL) | NOT_STRUCTURAL
+
+
+SANDBOXED = """import json, graph
+ns = {"__name__": "learner"}
+for source in json.load(open("cells.json")):
+    exec(compile(source, "<cell>", "exec"), ns)
+json.dump(graph.trace_named(ns, "TinyTransformer"), open("graph.json", "w"))
+"""
+
+
+def test_a_learners_model_is_traced_in_the_sandbox():
+    """graph.py alone, copied beside the worker, traces the learner's model inside the sandbox, within its limits;
+    the trusted side reads plain JSON and names the difference."""
+    bug = next(v for v in variants.load("transformer") if v.name == "shared_block")
+    ref = variants.reference_sources("transformer")
+    cells = [bug.cells.get(c["id"]) or ref.get(c["id"]) or c["source"]
+             for c in learner_cells(read(source_notebook("transformer")))]
+    with sandbox.Sandbox() as box:
+        (box.code / "graph.py").write_text((ROOT / "autograder" / "graph.py").read_text())
+        (box.home / "cells.json").write_text(json.dumps(cells))
+        r = box.run(["-c", SANDBOXED])
+        assert r.returncode == 0, r.stderr[-3000:]
+        g = json.loads((box.home / "graph.json").read_text())
+    assert graph.differences(g, reference("transformer")) == [
+        "one block is shared by all layers: the same TransformerBlock, with one set of weights, runs 2 times; "
+        "build a new TransformerBlock for each layer"]
 
 
 # --- what cannot be traced, and junk ---------------------------------------------------------------------------------
