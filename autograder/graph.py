@@ -178,6 +178,8 @@ def _forward(ep, module) -> dict:
     groups = {"": _group_entry("", "", type(module), None, "")}
     nodes, edges, inputs, outputs = [], [], [], []
     for n in ep.graph.nodes:
+        if n.op == "call_function" and _op_name(n.target).startswith("_assert"):
+            continue                                 # export's own checks of shapes and dtypes, not the model's
         node = {"id": n.name, "kind": "call", "op": _op_name(n.target), "target": str(n.target)[:MAX_STR], "group": ""}
         if n.op == "placeholder":
             spec = specs.get(n.name)
@@ -894,14 +896,11 @@ def parts(G: Graph, F: Graph | None = None, highlight=(), names=None, prefix="",
     if len(visible) > MAX_DRAWN or sum(len(G.outs[n]) for n in visible) > 4 * MAX_DRAWN:
         raise Unreadable(f"{len(visible)} nodes, too many to draw (at most {MAX_DRAWN})")
     dot_id = {n: f"{prefix}n{i}" for i, n in enumerate(visible)}
+    chain = {n: {G.nodes[n]["group"], *_above(G, G.nodes[n]["group"])} for n in visible}   # its groups, nested
     count = {gid: 0 for gid in G.groups}
     for n in visible:
-        g = G.nodes[n]["group"]
-        while True:
-            count[g] += 1
-            if not g:
-                break
-            g = G.groups[g]["parent"]
+        for gid in chain[n]:
+            count[gid] += 1
     clusters = {gid: f"{prefix}c{i}" for i, gid in enumerate(g for g in G.groups if g and count[g] >= 2)}
 
     def home(gid):
@@ -909,7 +908,6 @@ def parts(G: Graph, F: Graph | None = None, highlight=(), names=None, prefix="",
             gid = G.groups[gid]["parent"]
         return gid
 
-    chain = {n: set(_above(G, G.nodes[n]["group"])) | {G.nodes[n]["group"]} for n in visible}
     leaving = {}                                   # group -> the last node whose result leaves it
     for n in visible:
         for u in G.outs[n]:
@@ -992,8 +990,7 @@ def _label(G, F, n, names):
         op = f"{node['kind']} {node['target'].rsplit('.', 1)[-1]}"
     elif node["forward"] in F.nodes and F.nodes[node["forward"]]["kind"] == "input":
         op = f"{op} {F.nodes[node['forward']]['target']}"             # where the gradient of an input lands
-    weights = [F.nodes[i] for i in F.ins.get(node["forward"] or n, []) if F.nodes[i]["kind"] == "parameter"] \
-        if (node["forward"] or n) in F.nodes else []
+    weights = [F.nodes[i] for i in F.ins.get(node["forward"] or n, []) if F.nodes[i]["kind"] == "parameter"]
     if op == "linear" and weights and weights[0]["shape"] and len(weights[0]["shape"]) == 2:
         o, i = weights[0]["shape"]
         op = f"linear {names.get(i, i)}→{names.get(o, o)}"
@@ -1115,7 +1112,7 @@ def side_by_side_html(learner_graph, reference_graph) -> str:
 
     items = "".join(f"<li>{html.escape(m)}</li>" for m in notes) if notes else \
         "<li>Your model has the reference's structure.</li>"
-    cell = 'style="margin:0;flex:0 0 auto"'
+    cell = 'style="margin:0;flex:1 1 0;min-width:0"'
     return ('<section class="graph-compare" style="font-family:sans-serif">'
             "<h3>The structure of your model beside the reference's</h3>"
             f"<ul>{items}</ul>"
