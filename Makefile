@@ -5,12 +5,13 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 CHROMIUM ?= /usr/bin/chromium
+VIZ_JS := book/_static/viz-global.js
 export PYTHONHASHSEED := 0
 export OMP_WAIT_POLICY := PASSIVE
 export CHROMIUM
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install book exercises grade postgres test bench gpu-wheels gpu-check clean
+.PHONY: all install book exercises grade postgres graphviz test bench gpu-wheels gpu-check clean
 
 all: book grade
 
@@ -25,11 +26,16 @@ $(VENV)/.installed: requirements.txt | $(BIN)/activate
 
 install: $(VENV)/.installed
 
-book: install
+book: install graphviz $(VIZ_JS)
 	$(BIN)/jupyter-book build --all -W -n --keep-going .
 
+# Write into solutions/ what each graded cell grades (and the visible training run's settings), from the hidden suites.
+.PHONY: criteria
+criteria: install
+	$(PY) -m autograder.criteria $(ASSIGNMENTS)
+
 # Regenerate the learner release exercises/ from the one source, solutions/.
-exercises: install
+exercises: criteria
 	$(PY) -m autograder.release $(ASSIGNMENTS)
 
 # Grade the bundled example class with the real nbgrader and print the gradebook.
@@ -47,7 +53,22 @@ postgres:
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }
 
-test: install $(CHROMIUM) postgres
+# The layout engine of autograder/graph.py (the book's graphs, the feedback's, the CLI's): Debian's Graphviz.
+graphviz:
+	@command -v dot >/dev/null || { \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz; }
+
+# Graphviz compiled to WebAssembly (@viz-js/viz, pinned in package-lock.json), served with the site: the interactive
+# graph page lays the graph out again in the reader's browser when a group is collapsed or expanded.
+$(VIZ_JS): package.json package-lock.json
+	@command -v npm >/dev/null || { \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm; }
+	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	cp node_modules/@viz-js/viz/dist/viz-global.js $@
+
+test: install $(CHROMIUM) postgres graphviz $(VIZ_JS)
 	$(BIN)/pytest -n 2 --dist loadgroup tests
 
 # Measurements, not pass/fail: speed against torch's own layers, memory, calibration, grading time,

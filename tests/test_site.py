@@ -309,3 +309,41 @@ def test_search_finds_the_chapter(context, server, word):
     assert f"{SEARCHES[word]}.html" in pages, f"searching {word!r} found {sorted(pages)}"
     assert not watch.errors, f"search for {word!r}: console errors:\n" + "\n".join(watch.errors)
     assert not watch.external, f"search for {word!r} requested other hosts: {watch.external}"
+
+
+# --- the interactive graph of the whole network (book/network_graph.md) -----------------------------------------
+
+def test_graph_page_folds_a_group_shows_a_node_and_searches(context, server):
+    page = context.new_page()
+    watch = Watch(page)
+    root = page.locator(".graph-explorer")
+
+    def drawn(k):
+        page.wait_for_selector(f".graph-explorer[data-drawn='{k}']")
+        return int(root.get_attribute("data-nodes"))
+
+    try:
+        page.goto(server.url + "book/network_graph.html", wait_until="load")
+        whole = drawn(1)
+        block = page.locator(".graph-view g.cluster", has_text="blocks.0 · TransformerBlock")
+        block.locator("text").first.click()                    # fold the first block into one node
+        assert drawn(2) < whole - 20
+        folded = page.locator(".graph-view g.node", has_text="blocks.0 · TransformerBlock")
+        assert folded.count() == 1
+        page.locator(".graph-view g.node", has_text="masked_fill").first.click()
+        info = page.locator(".graph-info").inner_text()
+        assert "aten.masked_fill" in info and "(B, n_heads, L, L)" in info and "blocks.1.attn" in info, info
+        folded.click()                                         # and open it again
+        assert drawn(3) == whole
+        page.fill(".graph-search", "bitwise_not")              # the mask, once per block
+        drawn(4)
+        assert page.locator(".graph-count").inner_text() == "2 found"
+        assert page.locator(".graph-view g.graph-hit").count() == 2
+        page.click("button[data-part=backward]")
+        drawn(5)
+        assert page.locator(".graph-view g.node", has_text="AddBackward0").count() >= 4
+    finally:
+        page.close()
+    assert not watch.errors, "console errors:\n" + "\n".join(watch.errors)
+    assert not watch.external, f"requested other hosts: {watch.external}"
+    assert not watch.failed, "requests of the site that failed:\n" + "\n".join(watch.failed)

@@ -217,4 +217,9 @@ VARIANTS = [
         "        return torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)\n")},
         {"blockwise_attention_tests": "the memory of a wrong answer does not count"},
         "returns zeros for long inputs, where the memory check looks"),
+    Bug("mha_mask_not_broadcast_over_heads", {"MultiHeadAttention": MHA_LOOP.replace(
+        "m = mask if mask.dim() < 4 else mask[:, 0]", "m = mask")},
+        {"MultiHeadAttention_tests": "with a 2x1x7x10 mask has shape (2, 2, 7, 24)"},
+        "a loop over heads that gives each head the (B, 1, Lq, Lk) padding mask as it is: against one head's "
+        "(B, Lq, Lk) scores it broadcasts to (B, B, Lq, Lk)"),
 ]

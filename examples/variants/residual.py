@@ -101,6 +101,9 @@ VARIANTS = [
         "resid_mid = self.norm1(resid_pre + self.attn(resid_pre, mask=mask))",
         "resid_mid = self.norm1(self.attn(resid_pre, mask=mask))")},
         {"TransformerBlock_tests": "residual is missing around the attention"}),
+    Bug("block_mask_ignored", {"TransformerBlock": BLOCK_TORCH_STYLE.replace("self.attn(x, x, x, mask=mask)",
+                                                                             "self.attn(x, x, x)")},
+        {"TransformerBlock_tests": "the mask is not passed to the attention"}, "mask is an argument of forward, never used"),
     Bug("block_in_place", {"TransformerBlock": '''class TransformerBlock(nn.Module):
     def __init__(self, d_model, n_heads, d_ff, norm_first=True):
         super().__init__()

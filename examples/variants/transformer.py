@@ -61,6 +61,16 @@ VARIANTS = [
     Bug("logits_transposed", {"TinyTransformer": TINY_NANOGPT.replace("return self.lm_head(x)",
                                                                       "return self.lm_head(x).transpose(1, 2)")},
         {"TinyTransformer_tests": "(B, vocab_size, T)"}, "the layout F.cross_entropy wants, returned from forward"),
+    Bug("shared_block", {"TinyTransformer": TINY_NANOGPT.replace(
+        "self.blocks = nn.ModuleList(TransformerBlock(d_model, n_heads, d_ff, norm_first=norm_first)\n"
+        "                                    for _ in range(n_layers))",
+        "block = TransformerBlock(d_model, n_heads, d_ff, norm_first=norm_first)\n"
+        "        self.blocks = nn.ModuleList([block] * n_layers)")},
+        {"TinyTransformer_tests": "holds 1 TransformerBlock"}, "one block object repeated: every layer has the same weights"),
+    Bug("mask_first_block_only", {"TinyTransformer": TINY_NANOGPT.replace(
+        "for block in self.blocks:\n            x = block(x, mask=mask)",
+        "for i, block in enumerate(self.blocks):\n            x = block(x, mask=mask if i == 0 else None)")},
+        {"TinyTransformer_tests": "looks ahead"}, "the second block sees the whole sequence"),
     Bug("library_blocks", {"TinyTransformer": '''class TinyTransformer(nn.Module):
     def __init__(self, vocab_size, d_model, n_heads, d_ff, n_layers, max_len, norm_first=True):
         super().__init__()

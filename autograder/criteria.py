@@ -1,0 +1,185 @@
+"""What each graded cell grades, written from its hidden suite so that the notebook and the suite cannot drift.
+
+A graded cell `<name>_tests` holds no code: its comment tells the learner what the hidden tests check. This module
+renders that comment from the suite itself: one line per hidden test marked with the cell (its docstring, the
+sentence the feedback shows when the test passes) with its share of the cell's points, and the numbers the suite
+grades by, read from the suite's own constants: the speed factor, the memory limit, the training run. The visible
+training cell of the transformer notebook takes its settings from the same constants.
+
+    python -m autograder.criteria ASSIGNMENT...            # write them into solutions/ (make criteria)
+    python -m autograder.criteria --check ASSIGNMENT...    # exit 1 where solutions/ is out of date
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import importlib
+import inspect
+import sys
+import textwrap
+from dataclasses import dataclass
+
+import nbformat
+
+from . import hidden, notebooks
+from .notebooks import is_graded_test, nbgrader_meta
+from .suites import checks
+from .worker import WATCHED
+
+WIDTH = 118
+TRAINING_CELL = "TinyTransformer_training"     # the cell id of the visible training run (a plain, editable cell)
+
+
+@dataclass
+class HiddenTest:
+    name: str
+    cell: str
+    weight: float
+    doc: str
+    calls: dict          # name of a called function -> its ast.Call, for the ones the criteria quote
+
+
+def _calls(fn: ast.FunctionDef) -> dict:
+    """The calls in a test whose numbers the criteria quote: a speed check, a memory check, a training run."""
+    found = {}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+            training = name == "train" and any(k.arg == "steps" for k in node.keywords)
+            if name in ("fast_enough", "peak_memory") or training:
+                found.setdefault(name, node)
+    return found
+
+
+def suite(assignment: str):
+    return importlib.import_module(f"autograder.suites.test_{assignment}")
+
+
+def hidden_tests(assignment: str) -> list[HiddenTest]:
+    """The suite's tests in the order they are written, with the cell each scores and its weight."""
+    mod = suite(assignment)
+    tree = ast.parse(hidden.suite_path(assignment).read_text())
+    defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    tests = []
+    for name, fn in vars(mod).items():
+        if not (name.startswith("test_") and callable(fn) and getattr(fn, "__module__", None) == mod.__name__):
+            continue
+        marks = {m.name: m.args[0] for m in getattr(fn, "pytestmark", []) if m.args}
+        doc = (fn.__doc__ or "").strip().splitlines()
+        tests.append(HiddenTest(name, marks.get("cell"), float(marks.get("weight", 1)), doc[0] if doc else name,
+                                _calls(defs[name])))
+    return tests
+
+
+def _argument(call: ast.Call, fn, name: str, mod):
+    """The value of argument `name` in `call` of `fn`: a literal or a module constant, else fn's default."""
+    for kw in call.keywords:
+        if kw.arg == name:
+            node = kw.value
+            return getattr(mod, node.id) if isinstance(node, ast.Name) else ast.literal_eval(node)
+    return inspect.signature(fn).parameters[name].default
+
+
+def sentence(test: HiddenTest, mod) -> str:
+    """What one hidden test checks, with the numbers it grades by."""
+    if "train" in test.calls:
+        return (f"trains your TinyTransformer(vocab_size={mod.V}, d_model={mod.D_MODEL}, n_heads={mod.N_HEADS}, "
+                f"d_ff={mod.D_FF}, n_layers={mod.N_LAYERS}, max_len={mod.T}) for {mod.STEPS} steps of AdamW "
+                f"(learning rate {mod.LR:g}, batches of {mod.BATCH} sequences of {mod.T} tokens, within "
+                f"{mod.TRAIN_TIMEOUT:g} s) to repeat the token K places back, with a new offset and new sequences: "
+                f"accuracy at least {mod.ACCURACY:g} on sequences it was not trained on")
+    text = test.doc
+    if "fast_enough" in test.calls:
+        call = test.calls["fast_enough"]
+        factor = _argument(call, checks.fast_enough, "factor", mod)
+        attempts = _argument(call, checks.fast_enough, "attempts", mod)
+        text += (f"; at most {factor:g}x the reference solution's time on the same inputs (the best of {attempts} "
+                 "measurements counts)")
+    if "peak_memory" in test.calls:
+        matrix = mod.MEMORY_SEQ_LEN ** 2 * 4 / 2 ** 20
+        text += (f"; at Lq = Lk = {mod.MEMORY_SEQ_LEN}, one call may add at most {matrix * mod.MEMORY_FRACTION:g} "
+                 f"MiB, {mod.MEMORY_FRACTION:g} of the {matrix:g} MiB float32 score matrix")
+    return text
+
+
+def _library_names() -> str:
+    short = [n.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.") for n in WATCHED]
+    return ", ".join(f"`{n}`" for n in short)
+
+
+def _comment(text: str, indent: str = "") -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent="# " + indent, subsequent_indent="# " + " " * len(indent))
+
+
+def graded_comment(assignment: str, grade_id: str, points: float) -> str:
+    """The source of graded cell `grade_id`: its criteria, each with its share of the points."""
+    mod = suite(assignment)
+    tests = [t for t in hidden_tests(assignment) if t.cell == grade_id]
+    if not tests:
+        raise ValueError(f"{assignment}: no hidden test scores {grade_id}")
+    total = sum(t.weight for t in tests)
+    lines = _comment(f"Graded cell: `{grade_id.removesuffix(notebooks.TESTS_SUFFIX)}`, {points:g} points. Hidden tests "
+                     "check it when your notebook is graded, on inputs you have not seen; the points of each:")
+    for t in tests:
+        lines += _comment(sentence(t, mod), indent=f"{points * t.weight / total:4.2f}  ")
+    lines += _comment(f"Calling torch's own version of a part ({_library_names()}) during these tests gives this "
+                      "part 0 points.")
+    lines += _comment("Your score and what to fix appear here in your feedback.")
+    return "\n".join(lines)
+
+
+def training_settings(assignment: str) -> dict[str, str]:
+    """The settings lines of the visible training cell: the hidden training run's sizes and steps."""
+    m = suite(assignment)
+    return {"vocab_size, seq_len, d_model, n_heads, d_ff, n_layers = ":
+            f"{m.V}, {m.T}, {m.D_MODEL}, {m.N_HEADS}, {m.D_FF}, {m.N_LAYERS}",
+            "steps, batch_size, lr, target = ": f"{m.STEPS}, {m.BATCH}, {m.LR!r}, {m.ACCURACY!r}"}
+
+
+def _with_settings(source: str, settings: dict[str, str]) -> str:
+    lines = source.split("\n")
+    for lhs, rhs in settings.items():
+        at = [i for i, ln in enumerate(lines) if ln.startswith(lhs)]
+        if len(at) != 1:
+            raise ValueError(f"the training cell needs one line starting with {lhs!r}")
+        lines[at[0]] = lhs + rhs
+    return "\n".join(lines)
+
+
+def render(assignment: str, nb=None):
+    """The source notebook with every generated cell written from the hidden suite."""
+    nb = copy.deepcopy(nb or notebooks.read(notebooks.source_notebook(assignment)))
+    for cell in nb.cells:
+        meta = nbgrader_meta(cell)
+        if is_graded_test(cell):
+            cell.source = graded_comment(assignment, meta["grade_id"], float(meta["points"]))
+        elif cell.get("id") == TRAINING_CELL:
+            cell.source = _with_settings(cell.source, training_settings(assignment))
+    return nb
+
+
+def stale(assignment: str) -> list[str]:
+    """The grade_ids of the cells whose source differs from what `render` writes."""
+    nb = notebooks.read(notebooks.source_notebook(assignment))
+    return [nbgrader_meta(old).get("grade_id") or old.get("id") for old, new in
+            zip(nb.cells, render(assignment, nb).cells) if old.source != new.source]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("assignments", nargs="+")
+    p.add_argument("--check", action="store_true", help="only report the cells that are out of date")
+    a = p.parse_args()
+    out_of_date = {asg: cells for asg in a.assignments if (cells := stale(asg))}
+    if a.check:
+        for asg, cells in out_of_date.items():
+            print(f"{asg}: out of date with its hidden suite: {', '.join(cells)} (run `make criteria`)")
+        sys.exit(1 if out_of_date else 0)
+    for asg in out_of_date:
+        nbformat.write(render(asg), str(notebooks.source_notebook(asg)))
+        print(f"{asg}: wrote {', '.join(out_of_date[asg])}")
+
+
+if __name__ == "__main__":
+    main()

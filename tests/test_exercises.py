@@ -1,0 +1,254 @@
+"""Each exercise tells the learner what is graded and helps when stuck.
+
+- The criteria in each graded cell are what `autograder.criteria` renders from the hidden suite's own tests and
+  constants.
+- The visible checks pass for the reference and for every known correct answer, and catch the known mistakes listed
+  in VISIBLE, each with its own message: the notebook's setup cells, the answer's solution cells and the visible
+  checks run in order in a fresh namespace, as in a learner's kernel.
+- Every chapter links its exercise; every exercise links its chapter and, for each graded part, the section of the
+  book that explains it, and gives the part a time and two hints.
+"""
+import contextlib
+import io
+import re
+import warnings
+
+import pytest
+import torch
+from docutils.nodes import make_id
+
+from autograder import criteria, notebooks, variants
+from autograder.notebooks import is_graded_test, is_solution, nbgrader_meta
+from conftest import ASSIGNMENTS, ROOT
+
+# The hidden suites are imported here to read their tests; their markers are registered only where they run.
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnknownMarkWarning")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+    from autograder.suites import checks, test_attention
+    from autograder.suites import test_transformer as tt
+
+# The known mistakes each visible check must catch: variant -> (visible-check cell, text of the check's message).
+VISIBLE = {
+    "positional_encoding": {
+        "sin_cos_swapped": ("sinusoidal_encoding_checks", "sines in the even columns"),
+        "halves_concatenated": ("sinusoidal_encoding_checks", "sines in the even columns"),
+        "frequency_index_i": ("sinusoidal_encoding_checks", "with the column index 2i"),
+        "no_value_error": ("sinusoidal_encoding_checks", "an odd d_model must raise ValueError"),
+        "rope_halves": ("rope_checks", "two neighbouring columns (2i, 2i+1)"),
+        "rope_backwards": ("rope_checks", "counter-clockwise"),
+        "rope_in_place": ("rope_checks", "modified x in place"),
+        "alibi_slope_from_one": ("alibi_bias_checks", "head 0 of 4 has slope"),
+        "alibi_naive_slopes": ("alibi_bias_checks", "then every other slope of 8 heads"),
+        "alibi_signed_distance": ("alibi_bias_checks", "is a penalty"),
+    },
+    "attention": {
+        "sdpa_nan_rows": ("scaled_dot_product_attention_checks", "-inf - (-inf) = NaN"),
+        "sdpa_no_max_subtracted": ("scaled_dot_product_attention_checks", "overflow exp"),
+        "sdpa_mask_inverted": ("scaled_dot_product_attention_checks", "masked keys (False) get weight 0"),
+        "causal_no_diagonal": ("causal_mask_checks", "True where key j <= query i"),
+        "mha_heads_mixed": ("MultiHeadAttention_checks", "torch.nn.MultiheadAttention"),
+        "mha_scaled_by_d_model": ("MultiHeadAttention_checks", "torch.nn.MultiheadAttention"),
+        "mha_mask_not_broadcast_over_heads": ("MultiHeadAttention_checks", "a padding mask of shape (B, 1, Lq, Lk)"),
+        "blockwise_no_rescale": ("blockwise_attention_checks", "equals softmax attention"),
+        "blockwise_causal_bottom_right": ("blockwise_attention_checks", "not aligned at the end"),
+    },
+    "residual": {
+        "ln_unbiased_variance": ("LayerNorm_checks", "not d_model - 1"),
+        "ln_eps_outside_sqrt": ("LayerNorm_checks", "eps goes inside the square root"),
+        "ff_no_relu": ("FeedForward_checks", "the ReLU goes between linear1 and linear2"),
+        "block_placement_swapped": ("TransformerBlock_checks", "Pre-LN: when the sublayers add 0"),
+        "block_no_attention_residual": ("TransformerBlock_checks", "Pre-LN: when the sublayers add 0"),
+        "block_in_place": ("TransformerBlock_checks", "modified x in place"),
+        "block_mask_ignored": ("TransformerBlock_checks", "pass mask to self.attn"),
+    },
+    "transformer": {
+        "no_positions": ("TinyTransformer_checks", "positions are added"),
+        "no_causal_mask": ("TinyTransformer_checks", "causal"),
+        "mask_first_block_only": ("TinyTransformer_checks", "causal"),
+        "shared_block": ("TinyTransformer_checks", "not one block used twice"),
+        "embeddings_scaled": (criteria.TRAINING_CELL, "cannot tell positions apart"),
+        "logits_transposed": ("TinyTransformer_checks", "(B, T, vocab_size)"),
+    },
+}
+# The known mistakes no visible check can see, and why: only the hidden tests catch them.
+HIDDEN_ONLY = {
+    "attention": {
+        "blockwise_library": "right values: the grader sees the library call",
+        "sdpa_query_loop": "right values: the grader measures speed",
+        "blockwise_full_matrix": "right values: the grader measures memory",
+        "blockwise_skips_long_inputs": "wrong only at lengths far beyond a visible check",
+    },
+    "residual": {"block_library_norms": "right values: the grader sees the library call"},
+    "transformer": {"library_blocks": "right values: the grader sees the library call"},
+}
+
+
+def bugs(asg):
+    return {v.name: v for v in variants.load(asg) if isinstance(v, variants.Bug)}
+
+
+def run_visible(asg, cells=None, until=None) -> dict:
+    """Run the setup, solution (the reference, or `cells` where given) and visible-check cells of `asg` in order,
+    in a fresh namespace, up to the cell `until`; return each cell's exception (None where it ran through)."""
+    nb = notebooks.read(notebooks.source_notebook(asg))
+    reference = variants.reference_sources(asg)
+    ns, results = {"__name__": f"visible_{asg}"}, {}
+    for cell in nb.cells:
+        if cell.cell_type != "code" or is_graded_test(cell):
+            continue
+        gid = nbgrader_meta(cell).get("grade_id") or cell.get("id")
+        source = (cells or {}).get(gid, reference[gid]) if is_solution(cell) else cell.source
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                exec(compile(source, f"<{asg}:{gid}>", "exec"), ns)
+            results[gid] = None
+        except Exception as e:  # noqa: BLE001 - a failing check is the result
+            results[gid] = e
+        if gid == until:
+            break
+    return results
+
+
+def visible_checks(asg) -> list[str]:
+    nb = notebooks.read(notebooks.source_notebook(asg))
+    return [nbgrader_meta(c).get("grade_id") or c.get("id") for c in nb.cells if c.cell_type == "code"
+            and not is_solution(c) and not is_graded_test(c) and "setup" not in c.metadata.get("tags", [])]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The training run is quickest on one thread, and the machine is shared."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# -- what is graded -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("asg", ASSIGNMENTS)
+def test_graded_cells_state_the_suites_criteria(asg):
+    """Each graded cell (and the visible training run) is what the generator writes from the hidden suite."""
+    assert criteria.stale(asg) == [], f"{asg}: run `make criteria` (python -m autograder.criteria {asg})"
+
+
+def comment_text(source: str) -> str:
+    return " ".join(source.replace("#", " ").split())
+
+
+def test_criteria_quote_the_suites_numbers():
+    """The generated text carries the speed factor, the memory limit and the training run, but not the offset K."""
+    block = comment_text(criteria.graded_comment("attention", "blockwise_attention_tests", 5))
+    assert f"at most {checks.SPEED_FACTOR:g}x the reference solution's time" in block
+    assert f"{test_attention.MEMORY_FRACTION:g} of the" in block
+    assert f"Lq = Lk = {test_attention.MEMORY_SEQ_LEN}" in block
+    tiny = comment_text(criteria.graded_comment("transformer", "TinyTransformer_tests", 6))
+    for number in (f"for {tt.STEPS} steps", f"at least {tt.ACCURACY:g}", f"d_model={tt.D_MODEL}", "a new offset"):
+        assert number in tiny, number
+    assert "3 places" not in tiny
+
+
+# -- visible checks -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("asg", ASSIGNMENTS)
+def test_every_known_mistake_is_placed(asg):
+    """Each known mistake is either caught by a visible check or listed as visible to the hidden tests only."""
+    visible, hidden = set(VISIBLE.get(asg, {})), set(HIDDEN_ONLY.get(asg, {}))
+    assert not visible & hidden
+    assert visible | hidden == set(bugs(asg)), (
+        f"{asg}: say in VISIBLE which visible check catches {sorted(set(bugs(asg)) - visible - hidden)}, or in "
+        "HIDDEN_ONLY why none can")
+    checks = set(visible_checks(asg))
+    assert {cell for cell, _ in VISIBLE.get(asg, {}).values()} <= checks
+
+
+@pytest.mark.parametrize("asg,answer", [(asg, "reference") for asg in ASSIGNMENTS] + [
+    (asg, v.name) for asg in ASSIGNMENTS for v in variants.load(asg) if isinstance(v, variants.Correct)])
+def test_visible_checks_pass_for_correct_answers(asg, answer):
+    cells = {} if answer == "reference" else {v.name: v for v in variants.load(asg)}[answer].cells
+    results = run_visible(asg, cells)
+    assert set(visible_checks(asg)) <= set(results)
+    failed = {gid: f"{type(e).__name__}: {e}" for gid, e in results.items() if e is not None}
+    assert not failed, f"{asg}, {answer}: {failed}"
+
+
+@pytest.mark.parametrize("asg,bug", [(asg, name) for asg in VISIBLE for name in VISIBLE[asg]])
+def test_visible_checks_catch_known_mistakes(asg, bug):
+    cell, message = VISIBLE[asg][bug]
+    error = run_visible(asg, bugs(asg)[bug].cells, until=cell)[cell]
+    assert isinstance(error, AssertionError), f"{asg}, {bug}: {cell} gave {error!r}, not a failed check"
+    assert message in str(error), f"{asg}, {bug}: {cell} failed with {str(error)!r}, expected {message!r}"
+
+
+# -- links, times and hints -----------------------------------------------------------------------------------------
+BOOK_LINK = re.compile(r"\[([^\]]+)\]\(\.\./\.\./_build/html/book/(\w+)\.html(?:#([\w-]+))?\)")
+DOWNLOAD = re.compile(r"\{download\}`[^`<]*<\.\./exercises/(\w+)/(\w+)\.ipynb>`")
+
+
+def book_page(page: str) -> tuple[str, dict]:
+    """The title of book/<page>.md and its sections: HTML id -> heading, as Sphinx makes them."""
+    title, sections, fence = None, {}, None
+    for line in (ROOT / "book" / f"{page}.md").read_text().splitlines():
+        m = re.match(r"^(`{3,}|~{3,})", line)
+        if m:
+            fence = None if fence and m.group(1).startswith(fence) else fence or m.group(1)
+            continue
+        heading = re.match(r"^(#+) (.+)$", line) if fence is None else None
+        if heading:
+            text = heading.group(2).strip()
+            if len(heading.group(1)) == 1 and title is None:
+                title = text
+            else:
+                sections[make_id(text.replace("$", "").replace("`", ""))] = text
+    return title, sections
+
+
+def toc_pages() -> set:
+    return set(re.findall(r"(?:root|file):\s*book/(\S+)", (ROOT / "_toc.yml").read_text()))
+
+
+def chapter_of() -> dict:
+    """assignment -> the book page whose exercise box offers its notebook for download."""
+    found = {}
+    for page in sorted(toc_pages()):
+        for a, b in DOWNLOAD.findall((ROOT / "book" / f"{page}.md").read_text()):
+            assert a == b and (ROOT / "exercises" / a / f"{a}.ipynb").exists(), (page, a)
+            assert a not in found, f"{a} is offered by {found.get(a)} and {page}"
+            found[a] = page
+    return found
+
+
+def test_every_chapter_with_an_exercise_offers_it():
+    assert set(chapter_of()) == set(ASSIGNMENTS)
+
+
+@pytest.mark.parametrize("asg", ASSIGNMENTS)
+def test_exercise_links_its_chapter_and_sections(asg):
+    """The release links its chapter from the top, and each graded part the book's sections, by their names."""
+    nb = notebooks.read(ROOT / "exercises" / asg / f"{asg}.ipynb")
+    pages = toc_pages()
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for text, page, anchor in BOOK_LINK.findall(cell.source):
+            assert page in pages, f"{asg} links book/{page}, which is not in _toc.yml"
+            title, sections = book_page(page)
+            if anchor:
+                assert anchor in sections, f"{asg}: book/{page}.md has no section #{anchor}"
+                assert text == f"{title} › {sections[anchor]}", f"{asg}: the link to #{anchor} reads {text!r}"
+            else:
+                assert text == title, f"{asg}: the link to book/{page} reads {text!r}, not its title {title!r}"
+    chapter = chapter_of()[asg]
+    intro = nb.cells[0].source
+    assert any(page == chapter and not anchor for _, page, anchor in BOOK_LINK.findall(intro)), \
+        f"{asg}: the introduction does not link its chapter, book/{chapter}"
+    start = 0
+    for end, cell in enumerate(nb.cells):                # a graded part: the cells after the last graded cell
+        if not is_graded_test(cell):
+            continue
+        part, start = [c.source for c in nb.cells[start:end] if c.cell_type == "markdown"], end + 1
+        name = nbgrader_meta(cell)["grade_id"]
+        assert any("**Time:** about" in md for md in part), f"{asg}: {name}'s part gives no time"
+        assert any(anchor for md in part for _, _, anchor in BOOK_LINK.findall(md)), \
+            f"{asg}: {name}'s part links no section of the book"
+        assert any(md.count("<details>") == 2 and "Hint 1" in md and "Hint 2" in md for md in part), \
+            f"{asg}: {name}'s part needs two hints"
