@@ -25,7 +25,7 @@ import nbformat
 from . import hidden, notebooks
 from .notebooks import is_graded_test, nbgrader_meta
 from .suites import checks
-from .worker import WATCHED
+from .static import EXAMPLES
 
 WIDTH = 118
 TRAINING_CELL = "TinyTransformer_training"     # the cell id of the visible training run (a plain, editable cell)
@@ -104,8 +104,7 @@ def sentence(test: HiddenTest, mod) -> str:
 
 
 def _library_names() -> str:
-    short = [n.replace("torch.nn.functional.", "F.").replace("torch.nn.", "nn.") for n in WATCHED]
-    return ", ".join(f"`{n}`" for n in short)
+    return ", ".join(f"`{n}`" for n in EXAMPLES)
 
 
 def _comment(text: str, indent: str = "") -> list[str]:
@@ -123,8 +122,9 @@ def graded_comment(assignment: str, grade_id: str, points: float) -> str:
                      "check it when your notebook is graded, on inputs you have not seen; the points of each:")
     for t in tests:
         lines += _comment(sentence(t, mod), indent=f"{points * t.weight / total:4.2f}  ")
-    lines += _comment(f"Calling torch's own version of a part ({_library_names()}) during these tests gives this "
-                      "part 0 points.")
+    lines += _comment(f"Using torch's own version of a part, by any route ({_library_names()}, ...), gives this "
+                      "part 0 points; code that reaches the grader, or a library through computed names, is read by "
+                      "your instructor.")
     lines += _comment("Your score and what to fix appear here in your feedback.")
     return "\n".join(lines)
 

@@ -162,7 +162,9 @@ def _suite_main(assignment: str, out: str) -> int:
     import pytest
 
     from autograder import learner
+    from autograder.suites.checks import GRADING_SEED
 
+    sys.stderr.write(f"grader: inputs drawn from grading seed {GRADING_SEED} (GRADER_SEED={GRADING_SEED} replays them)\n")
     recorder = Recorder()
     code = pytest.main([str(suite_path(assignment)), "-q", "-p", "no:cacheprovider", "--assert=plain",
                         "-o", "console_output_style=classic", "--no-header", "-rN",

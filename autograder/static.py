@@ -25,6 +25,9 @@ import ast
 import re
 from dataclasses import dataclass, field
 
+# What the notebooks name as the library versions of their parts (the rule itself is LIBRARY).
+EXAMPLES = ("F.scaled_dot_product_attention", "nn.MultiheadAttention", "F.layer_norm", "nn.LayerNorm",
+            "nn.TransformerEncoderLayer")
 LIBRARY = re.compile(r"(?i)(attention|multihead|multi_head|(layer|group|instance|batch|rms)_?norm|transformer)")
 SUSPICIOUS_MODULES = {"importlib", "ctypes", "cffi", "inspect", "gc", "pickle", "marshal", "subprocess",
                       "multiprocessing", "signal", "builtins", "operator", "types", "code", "codeop", "runpy",

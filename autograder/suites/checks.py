@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-import sys
 
 import torch
 
@@ -16,7 +15,6 @@ from autograder.timing import Target, compare
 # Every input a test makes comes from this seed, drawn afresh for each grading, so no submission can
 # know the inputs in advance.  GRADER_SEED (set by an instructor, never by a learner) replays a grading.
 GRADING_SEED = int(os.environ.get("GRADER_SEED") or secrets.randbits(62))
-sys.stderr.write(f"grader: inputs drawn from grading seed {GRADING_SEED} (GRADER_SEED={GRADING_SEED} replays them)\n")
 
 # A correct vectorised answer runs within this factor of the reference; a Python loop over
 # positions runs 10x or more slower (calibrated by `make bench`: bench/speed.py).
