@@ -76,6 +76,7 @@ class CellScore:
     score: float | None
     points: float
     comment: str | None
+    needs_manual_grade: bool = False
 
 
 def scores(grading_dir: Path | None, assignments: list[str], url: str | None = None) -> list[CellScore]:
@@ -92,7 +93,8 @@ def scores(grading_dir: Path | None, assignments: list[str], url: str | None = N
                     comments = {c.name: (c.auto_comment or c.manual_comment) for c in nb.comments}
                     for g in sorted(nb.grades, key=lambda g: g.name):
                         base = g.name.removesuffix("_tests")
-                        rows.append(CellScore(student, asg, g.name, g.score, g.max_score, comments.get(base)))
+                        rows.append(CellScore(student, asg, g.name, g.score, g.max_score, comments.get(base),
+                                              bool(g.needs_manual_grade)))
     return rows
 
 

@@ -177,7 +177,7 @@ class LayerNorm(nn.Module):
                          "        self.blocks = nn.ModuleList(TransformerBlock() for _ in range(n_layers))\n"
                          "        self.norm = LayerNorm()\n")
 
-# learner -> (the cells that differ from the reference); the control learners hold the same code, no trick
+# learner -> its tricks: the cells that differ from the control's, which differ from the reference's
 CLASSES = {
     "attention": {
         "control": {"scaled_dot_product_attention": LOOP, "blockwise_attention": FULL},
@@ -202,6 +202,13 @@ LIBRARY = {
     "precompute_aten": {"blockwise_attention_tests": "torch.ops.aten.scaled_dot_product_attention"},
     "c_route_getattr": {"scaled_dot_product_attention_tests": "torch._C._nn.scaled_dot_product_attention"},
     "native_ln_forged_args": {"LayerNorm_tests": "torch.native_layer_norm"},
+}
+# attacker -> graded cells whose automatic score may pass the control's because only a reading of the code can
+# settle them (a library reached through a computed name, the worker's own code replaced): the notebook is
+# flagged, so that score waits for the instructor
+PROVISIONAL = {
+    "c_route_getattr": {"MultiHeadAttention_tests"},
+    "native_ln_forged_args": {"TransformerBlock_tests"},
 }
 # attacker -> what the flag for the instructor names
 FLAGGED = {

@@ -1,0 +1,79 @@
+"""No trick of a learner's holding the grader's source gains points, through the real `nbgrader autograde`.
+
+For the assignments with speed, memory and library checks, a class of attackers (tests/trust_attacks.py)
+is graded beside a control learner who submits the same code without the tricks.  Each part of each
+attacker scores no more than the control's, or is proven to use a library version (0 points, named); a
+notebook whose code can reach the grader is flagged for the instructor with the reason (needs manual
+grading), and only there may a part's provisional score pass the control's.
+"""
+import pytest
+
+from autograder import grade, variants
+from trust_attacks import CLASSES, FLAGGED, LIBRARY, PROVISIONAL
+
+FAST = {"GRADER_CELL_TIMEOUT": "30", "GRADER_CALL_TIMEOUT": "30"}
+
+
+def _graded(tmp_path_factory, asg):
+    d = tmp_path_factory.mktemp(f"trust-{asg}")
+    grade.prepare(d, [asg])
+    control = CLASSES[asg]["control"]
+    learners = {name: {**control, **tricks} for name, tricks in CLASSES[asg].items()}
+    if asg == "attention":
+        learners["honest"] = {}
+    for learner, cells in learners.items():
+        grade.submit(d, learner, asg, variants.submission(asg, cells))
+    r = grade.autograde(d, asg, capture_output=True, text=True, env_extra=FAST)
+    rows = {}
+    for row in grade.scores(d, [asg]):
+        rows.setdefault(row.learner, {})[row.cell] = row
+    return r, rows
+
+
+@pytest.fixture(scope="module")
+def attention(tmp_path_factory):
+    return _graded(tmp_path_factory, "attention")
+
+
+@pytest.fixture(scope="module")
+def others(tmp_path_factory):
+    return {asg: _graded(tmp_path_factory, asg) for asg in ("residual", "transformer")}
+
+
+def _check(asg, r, rows):
+    assert set(rows) >= set(CLASSES[asg]), (sorted(rows), r.stderr[-3000:])
+    control = rows["control"]
+    for attacker in CLASSES[asg]:
+        if attacker == "control":
+            continue
+        for cell, row in rows[attacker].items():
+            assert row.points == control[cell].points
+            proven = LIBRARY.get(attacker, {}).get(cell)
+            if proven:
+                assert row.score == 0 and proven in (row.comment or ""), (attacker, cell, row)
+            elif cell not in PROVISIONAL.get(attacker, ()):
+                assert row.score is not None and row.score <= control[cell].score, (attacker, cell, row, control[cell])
+            if attacker in FLAGGED:
+                assert row.needs_manual_grade and FLAGGED[attacker] in (row.comment or ""), (attacker, cell, row)
+            else:
+                assert not row.needs_manual_grade, (attacker, cell, row)
+
+
+@pytest.mark.xdist_group("trust-attention")
+def test_no_attention_trick_gains_anything(attention):
+    r, rows = attention
+    assert all(row.score == row.points for row in rows["honest"].values()), rows["honest"]
+    control = rows["control"]
+    assert 4 < control["scaled_dot_product_attention_tests"].score < 5, "a loop over queries loses the speed points"
+    assert control["blockwise_attention_tests"].score < 5, "the whole score matrix loses the memory points"
+    _check("attention", r, rows)
+
+
+@pytest.mark.xdist_group("trust-others")
+def test_no_residual_or_model_trick_gains_anything(others):
+    for asg, (r, rows) in others.items():
+        _check(asg, r, rows)
+    residual, transformer = others["residual"][1], others["transformer"][1]
+    assert residual["control"]["TransformerBlock_tests"].score < residual["control"]["TransformerBlock_tests"].points
+    fake = transformer["control"]["TinyTransformer_tests"]
+    assert fake.score < fake.points / 2, "a model that knows the task instead of learning it keeps under half the points"
