@@ -75,6 +75,12 @@ Failures
 A learner whose autograde fails (non-zero exit, or still running after `--timeout` seconds, when
 its whole process tree is killed) is reported with the exit code and the last error lines of its
 log, `<grading-dir>/logs/<assignment>/<learner>.log`; the other learners are graded all the same.
+Failures come in two kinds, listed apart: a grader error (the grader could not grade: a fault it
+named, `GraderFault`, a run past the time limit, or any failure the learner's submission does not
+explain), which the instructor fixes before grading that learner again, and a submission that gives
+nothing to grade (a folder without the notebook).  Neither records a score.  The per-learner time
+limit is, by default, the learner's budget and twice the grace of `autograder.config`
+(`Settings.learner_timeout`, from `nbgrader_config.py`).
 The exit status is 0 when every learner was graded and feedback written, 1 otherwise.
 """
 from __future__ import annotations
@@ -92,12 +98,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import ROOT, grade
+from . import ROOT, config, grade
 from .release import nbgrader
 
 SQLITE_BUSY_TIMEOUT_S = 60
-DEFAULT_TIMEOUT_S = 1800.0
 DEFAULT_RETRIES = 2
+GRADER, SUBMISSION = grade.GRADER_ERROR, grade.NOT_GRADED       # the two kinds of failure
+GRADER_FAULT = re.compile(r"\bGraderFault: (.*)")
+NOTHING_SUBMITTED = re.compile(r"No notebooks were matched")
 LOCK_ERROR = re.compile(r"database is locked|database table is locked|deadlock detected|"
                         r"could not serialize access|could not obtain lock", re.I)
 _GENERIC = ("There was an error processing assignment", "Please see the the above traceback",
@@ -117,6 +125,11 @@ class Outcome:
     reason: str = ""
     errors: list[str] = field(default_factory=list)
     log: str = ""
+    kind: str = ""              # of a failure: GRADER or SUBMISSION
+
+    @property
+    def status(self) -> str:
+        return "graded" if self.ok else f"{self.kind}: {self.reason}"
 
 
 @dataclass
@@ -137,6 +150,10 @@ class ClassResult:
     @property
     def failed(self) -> list[Outcome]:
         return [o for o in self.outcomes if not o.ok]
+
+    @property
+    def grader_errors(self) -> list[Outcome]:
+        return [o for o in self.failed if o.kind == GRADER]
 
     @property
     def ok(self) -> bool:
@@ -236,7 +253,10 @@ def failure_reason(log_text: str, returncode: int | None) -> tuple[str, list[str
         code = f"killed by signal {-returncode}"
     else:
         code = f"exit code {returncode}"
-    if exceptions:
+    faults = [m.group(1) for line in lines if (m := GRADER_FAULT.search(line)) and not line.lstrip().startswith("|")]
+    if faults:
+        detail = f"GraderFault: {faults[-1]}"
+    elif exceptions:
         detail = exceptions[-1]
     elif specific or logged:
         detail = (specific or logged)[0]
@@ -245,11 +265,20 @@ def failure_reason(log_text: str, returncode: int | None) -> tuple[str, list[str
     return f"{code}: {detail[:300]}", errors
 
 
+def failure_kind(log_text: str, stopped: bool) -> str:
+    """GRADER unless the submission explains the failure (nothing to grade) and the grader named no fault."""
+    if stopped or GRADER_FAULT.search(log_text) or not NOTHING_SUBMITTED.search(log_text):
+        return GRADER
+    return SUBMISSION
+
+
 def autograde_learner(grading_dir: str, assignment: str, learner: str, url: str,
-                      timeout: float = DEFAULT_TIMEOUT_S, retries: int = DEFAULT_RETRIES,
+                      timeout: float | None = None, retries: int = DEFAULT_RETRIES,
                       extra: tuple = (), env: dict | None = None) -> dict:
     """The Dask task: `nbgrader autograde ASSIGNMENT --force --student=LEARNER` into the gradebook at `url`,
-    again after a lock error (at most `retries` times), killed after `timeout` seconds."""
+    again after a lock error (at most `retries` times), killed after `timeout` seconds (default: the course's
+    `learner_timeout`)."""
+    timeout = timeout or config.course().learner_timeout
     grading_dir = Path(grading_dir)
     log = log_path(grading_dir, assignment, learner)
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -280,7 +309,8 @@ def autograde_learner(grading_dir: str, assignment: str, learner: str, url: str,
             continue
         else:
             reason, errors = failure_reason(text, r.returncode)
-        return asdict(Outcome(learner, False, r.returncode, seconds, attempt, reason, errors, str(log)))
+        return asdict(Outcome(learner, False, r.returncode, seconds, attempt, reason, errors, str(log),
+                              failure_kind(text, watchdog.fired)))
 
 
 def feedback_learners(grading_dir: str, assignment: str, url: str, learners: list[str],
@@ -357,11 +387,13 @@ def _chunks(items: list[str], n: int) -> list[list[str]]:
 
 def grade_class(assignment: str, grading_dir: Path = grade.DEFAULT_DIR, scheduler: str | None = None,
                 workers: int | None = None, learners: list[str] | None = None, url: str | None = None,
-                timeout: float = DEFAULT_TIMEOUT_S, retries: int = DEFAULT_RETRIES, extra: tuple = (),
+                timeout: float | None = None, retries: int = DEFAULT_RETRIES, extra: tuple = (),
                 env: dict | None = None, feedback: bool = True, report: bool = True, progress: bool = True,
                 out=None) -> ClassResult:
-    """Autograde every submitted learner in parallel, then feedback and the report; print a summary."""
+    """Autograde every submitted learner in parallel, then feedback and the report; print a summary.
+    `timeout`: seconds one learner may take (default: the course's `learner_timeout`, autograder.config)."""
     out = out or sys.stdout
+    timeout = timeout or config.course().learner_timeout
     grading_dir = Path(grading_dir).resolve()
     url = gradebook_url(grading_dir, url)
     names = list(learners) if learners else submitted_learners(grading_dir, assignment)
@@ -385,11 +417,12 @@ def grade_class(assignment: str, grading_dir: Path = grade.DEFAULT_DIR, schedule
                 try:
                     o = Outcome(**fut.result())
                 except Exception as e:  # noqa: BLE001 - the task itself failed (worker lost, not importable)
-                    o = Outcome(name, False, None, 0.0, 1, f"the grading task failed: {type(e).__name__}: {e}"[:300])
+                    o = Outcome(name, False, None, 0.0, 1, f"the grading task failed: {type(e).__name__}: {e}"[:300],
+                                kind=GRADER)
                 outcomes.append(o)
                 bar.update(1)
                 if not o.ok:
-                    bar.write(f"not graded: {o.learner}: {o.reason}", file=sys.stderr)
+                    bar.write(f"{o.kind}: {o.learner}: {o.reason}", file=sys.stderr)
                 bar.set_postfix_str(f"{sum(not x.ok for x in outcomes)} failed" if not all(x.ok for x in outcomes)
                                     else "", refresh=False)
         grading_s = time.monotonic() - t0
@@ -418,7 +451,7 @@ def grade_class(assignment: str, grading_dir: Path = grade.DEFAULT_DIR, schedule
     if report:
         from . import report as class_report
 
-        failures = {o.learner: o.reason for o in outcomes if not o.ok}
+        failures = {o.learner: o.status for o in outcomes if not o.ok}
         result.report = class_report.build(grading_dir, assignment, url=url, failures=failures)
     result.wall_s = time.monotonic() - t0
     print(summary(result, grading_dir), file=out)
@@ -437,9 +470,13 @@ def summary(r: ClassResult, grading_dir: Path | None = None) -> str:
     if retried:
         lines.append("  graded again after a gradebook lock error: "
                      + ", ".join(f"{o.learner} ({o.attempts} attempts)" for o in retried))
-    if r.failed:
-        lines.append("  failed:")
-        for o in r.failed:
+    for kind, title in ((GRADER, "grader errors, not the learners' doing (no score recorded; fix, then grade "
+                                 "them again):"),
+                        (SUBMISSION, "not graded, nothing to grade in the submission:")):
+        failed = [o for o in r.failed if o.kind == kind]
+        if failed:
+            lines.append(f"  {title}")
+        for o in failed:
             lines.append(f"    {o.learner}: {o.reason}")
             for e in [e for e in o.errors if e not in o.reason][-2:]:
                 lines.append(f"        {e[:200]}")
@@ -461,7 +498,8 @@ def main(argv: list[str] | None = None) -> int:
                                                "with --scheduler, wait for this many workers")
     p.add_argument("--grading-dir", type=Path, default=Path(os.environ.get("GRADING_DIR", grade.DEFAULT_DIR)))
     p.add_argument("--learners", help="comma-separated learners (default: everyone who submitted)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds one learner may take")
+    p.add_argument("--timeout", type=float, help="seconds one learner may take (default: the learner's budget "
+                                                 "and twice the grace, from nbgrader_config.py)")
     p.add_argument("--retries", type=int, default=DEFAULT_RETRIES,
                    help="grade a learner again this many times after a gradebook lock error")
     p.add_argument("--no-feedback", action="store_true")

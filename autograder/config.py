@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from traitlets import Bool, Float, Integer
+from traitlets import Bool, Float, Integer, Unicode
 from traitlets.config import Configurable
 
 ENV = "GRADER_SETTINGS"
@@ -24,8 +24,9 @@ class Settings:
     # time
     learner_budget: float = 900.0      # seconds for one learner's whole grading: notebook run and hidden suite
     notebook_timeout: float = 300.0    # the notebook's run for the feedback (within the budget)
-    cell_timeout: float = 60.0         # one cell, in the feedback run and when the worker loads it
+    cell_timeout: float = 60.0         # one cell (and a kernel's start), in the feedback run and in the worker
     call_timeout: float = 30.0         # one call of a hidden test to the learner's code
+    grace: float = 60.0                # past the budget, for the trusted side's own work (then: a grader fault)
     # the sandbox (autograder.sandbox.Limits)
     memory: int = 4096 * MIB           # all processes of one sandbox together, and its tmpfs folders
     disk: int = 128 * MIB              # each of the sandbox's writable folders, /sandbox and /tmp
@@ -35,10 +36,12 @@ class Settings:
     # what may come back from a sandbox
     max_notebook_bytes: int = 8 * MIB  # the executed notebook, all outputs together
     max_cell_output_chars: int = 20_000  # text kept per cell (stream, text/plain, error) in the feedback
+    max_cell_output_bytes: int = 2 * MIB  # everything one cell's outputs hold (images, HTML, JSON included)
     max_outputs_per_cell: int = 50     # outputs kept per cell
-    max_frame_bytes: int = 32 * MIB    # one message from a worker (the largest legitimate answer is ~2 MiB)
+    max_frame_bytes: int = 16 * MIB    # one message from a worker (the largest legitimate one: 4.0 MiB)
     # the trusted processes
     trusted_memory: int = 6144 * MIB   # address space of the trusted suite process
+    suites_dir: str = ""               # the hidden suites with their conftest.py (default: autograder/suites)
 
     @classmethod
     def names(cls) -> list[str]:
@@ -47,6 +50,12 @@ class Settings:
     def to_env(self) -> dict[str, str]:
         return {ENV: json.dumps(dataclasses.asdict(self))}
 
+    @property
+    def learner_timeout(self) -> float:
+        """The longest one learner's `nbgrader autograde` may run before it is stopped (autograder.classgrade):
+        the budget, the suite's grace past it, and as much again for nbgrader's own work."""
+        return self.learner_budget + 2 * self.grace
+
 
 def _override(s: Settings) -> Settings:
     changes = {}
@@ -54,10 +63,12 @@ def _override(s: Settings) -> Settings:
         raw = os.environ.get(f"GRADER_{f.name.upper()}")
         if raw is None:
             continue
-        if f.type in ("bool", bool):
+        if f.type == "bool":
             changes[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
-        elif f.type in ("int", int):
+        elif f.type == "int":
             changes[f.name] = int(float(raw))
+        elif f.type == "str":
+            changes[f.name] = raw
         else:
             changes[f.name] = float(raw)
     return dataclasses.replace(s, **changes)
@@ -71,8 +82,18 @@ def current() -> Settings:
     return _override(base)
 
 
+def course() -> Settings:
+    """The settings `nbgrader_config.py` sets (`c.Grader.<name>`), with GRADER_<NAME> environment overrides: what
+    every nbgrader command of this course grades with, for a process that is not one of them (classgrade)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from . import ROOT
+
+    return Grader(config=PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()).settings()
+
+
 def _trait(f: dataclasses.Field):
-    kind = {"bool": Bool, "int": Integer, "float": Float}[f.type if isinstance(f.type, str) else f.type.__name__]
+    kind = {"bool": Bool, "int": Integer, "float": Float, "str": Unicode}[f.type]
     return kind(f.default, help=f"autograder.config.Settings.{f.name}").tag(config=True)
 
 

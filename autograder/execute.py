@@ -1,41 +1,73 @@
 """Execute a learner's notebook inside the sandbox, to record its outputs for the feedback.
 
-Runs as `python execute.py IN.ipynb CELL_TIMEOUT MAX_CHARS MAX_OUTPUTS`.  The kernel and this client both
-live inside the sandbox.  After each code cell it writes one line of JSON to its stdout,
+Runs as `python execute.py IN.ipynb CELL_TIMEOUT MAX_CHARS MAX_BYTES MAX_OUTPUTS`.  The kernel and this
+client both live inside the sandbox.  Once the kernel is ready, before any of the learner's code runs,
+it writes `{"ready": true}` to its stdout; after each code cell, one line of JSON,
 `{"index": i, "outputs": [...]}`, so the trusted side keeps what ran before a kill or a limit, reads
 no more than it allows, and never reads a file the sandbox wrote.  A cell that raises, hangs past its
 timeout, or kills its kernel gets an error output that says so; execution goes on with a fresh kernel
-where it can.  Each cell keeps at most MAX_OUTPUTS outputs and MAX_CHARS characters of each text.
-Nothing here decides a grade, and nothing here is trusted: the trusted side checks every line again.
+where it can.  Each cell keeps at most MAX_OUTPUTS outputs, MAX_CHARS characters of text and MAX_BYTES
+of everything its outputs hold (`cap_outputs`).  Nothing here decides a grade, and nothing here is
+trusted: the learner's code can take this process over, so the trusted side checks every line again.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbclient.util import run_sync
 
 CUT = "\n[output cut: too long]\n"
 
 
-def cap_outputs(outputs: list, max_chars: int, max_outputs: int) -> list:
-    """At most `max_outputs` outputs, each text at most `max_chars` characters (stream text in total)."""
-    kept, total = [], 0
-    for out in outputs:
-        if len(kept) >= max_outputs:
-            kept.append(nbformat.v4.new_output("stream", name="stdout", text=f"[{len(outputs) - len(kept)} more outputs cut]\n"))
-            break
-        if out.get("output_type") == "stream":
-            text = out.get("text", "")
-            if total + len(text) > max_chars:
-                out["text"] = text[: max(0, max_chars - total)] + CUT
-                kept.append(out)
-                break
-            total += len(text)
+def size(out) -> int:
+    """The characters an output holds, every field included."""
+    return len(json.dumps(out, separators=(",", ":"), default=str))
+
+
+def _text_of(out) -> str | None:
+    if out.get("output_type") == "stream":
+        return out.get("text", "")
+    if out.get("output_type") == "error":
+        return "\n".join([f"{out.get('ename', '')}: {out.get('evalue', '')}", *out.get("traceback", [])])
+    data = out.get("data", {})
+    return data.get("text/plain") if isinstance(data.get("text/plain"), str) else None
+
+
+def _note(text: str):
+    return nbformat.v4.new_output("stream", name="stdout", text=text)
+
+
+def cap_outputs(outputs: list, max_chars: int, max_bytes: int, max_outputs: int, total: int | None = None) -> list:
+    """At most `max_outputs` outputs, their text at most `max_chars` characters together and everything they hold
+    at most `max_bytes`: a text past its budget is cut and ends the cell's outputs, any other output too large is
+    replaced by a note.  `total`: how many outputs there were before an earlier cut (default: `len(outputs)`)."""
+    total = max(total or 0, len(outputs))
+    kept, chars, held = [], 0, 0
+    for i, out in enumerate(outputs):
+        if len(kept) >= max_outputs or held >= max_bytes:
+            kept.append(_note(f"[{total - i} more outputs cut]\n"))
+            return kept
+        n, text = size(out), _text_of(out)
+        if text is not None and chars + len(text) > max_chars or held + n > max_bytes:
+            if text is None:
+                kinds = ", ".join(out.get("data", {})) or str(out.get("output_type"))
+                kept.append(_note(f"[an output of {n} characters ({kinds[:200]}) cut: too large]\n"))
+                held += size(kept[-1])
+                continue
+            kept.append(_note(text[:max(0, min(max_chars - chars, max_bytes - held))] + CUT))
+            if total > i + 1:
+                kept.append(_note(f"[{total - i - 1} more outputs cut]\n"))
+            return kept
         kept.append(out)
+        chars, held = chars + len(text or ""), held + n
+    if total > len(outputs):
+        kept.append(_note(f"[{total - len(outputs)} more outputs cut]\n"))
     return kept
 
 
@@ -44,45 +76,57 @@ def error_output(name: str, message: str):
 
 
 class Client(NotebookClient):
-    """Drops outputs past the caps while the cell runs, so a cell printing gigabytes cannot exhaust memory."""
+    """Drops outputs past the caps while the cell runs, so a cell printing gigabytes or displaying a million
+    outputs cannot exhaust this process."""
 
-    max_chars = 100_000
     max_outputs = 50
+    max_bytes = 2 << 20
 
     def output(self, outs, msg, display_id, cell_index):
-        if len(outs) > self.max_outputs or sum(len(str(o.get("text", ""))) for o in outs) > self.max_chars:
+        if len(outs) > self.max_outputs or sum(size(o) for o in outs[-self.max_outputs:]) > 2 * self.max_bytes:
+            self.dropped[cell_index] = self.dropped.get(cell_index, 0) + 1
             return None
         return super().output(outs, msg, display_id, cell_index)
 
 
 def main():
-    src, timeout, max_chars, max_outputs = sys.argv[1], int(float(sys.argv[2])), int(sys.argv[3]), int(sys.argv[4])
+    src, timeout, max_chars, max_bytes, max_outputs = (sys.argv[1], int(float(sys.argv[2])), int(sys.argv[3]),
+                                                       int(sys.argv[4]), int(sys.argv[5]))
     out = os.fdopen(os.dup(1), "w")        # private: the kernel (learner code) inherits /dev/null as stdout
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
+
+    def send(msg: dict):
+        out.write(json.dumps(msg) + "\n")
+        out.flush()
+
     nb = nbformat.read(src, as_version=4)
-    client = Client(nb, timeout=timeout, allow_errors=True, interrupt_on_timeout=True,
+    client = Client(nb, timeout=timeout, startup_timeout=timeout, allow_errors=True, interrupt_on_timeout=True,
                     kernel_name="python3", record_timing=False, resources={"metadata": {"path": "."}})
-    client.max_chars, client.max_outputs = max_chars, max_outputs
-    with client.setup_kernel():
+    client.max_bytes, client.max_outputs, client.dropped = max_bytes, max_outputs, {}
+    with client.setup_kernel():            # returns once the kernel is ready
+        send({"ready": True})
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
+            ended, started = None, time.monotonic()
             try:
                 client.execute_cell(cell, index)
+                if time.monotonic() - started >= timeout:       # interrupted at the timeout
+                    ended = error_output("TimeoutError", f"this cell did not finish within {timeout} s")
             except CellTimeoutError:
-                cell.outputs.append(error_output("TimeoutError", f"this cell did not finish within {timeout} s"))
+                ended = error_output("TimeoutError", f"this cell did not finish within {timeout} s")
             except DeadKernelError:
-                cell.outputs.append(error_output("DeadKernelError",
-                                                 "this cell ended the Python process (sys.exit, os._exit, or out of memory); "
-                                                 "the cells after it ran in a fresh one"))
-                client.km.restart_kernel(now=True)
+                ended = error_output("DeadKernelError", "this cell ended the Python process (sys.exit, os._exit, or out "
+                                                        "of memory); the cells after it ran in a fresh one")
+                run_sync(client.km.restart_kernel)(now=True)
                 client.kc.stop_channels()
                 client.kc = client.km.client()
                 client.kc.start_channels()
-                client.kc.wait_for_ready(timeout=60)
-            out.write(json.dumps({"index": index, "outputs": cap_outputs(cell.outputs, max_chars, max_outputs)}) + "\n")
-            out.flush()
+                run_sync(client.kc.wait_for_ready)(timeout=timeout)
+            total = len(cell.outputs) + client.dropped.get(index, 0)
+            outputs = cap_outputs(cell.outputs, max_chars, max_bytes, max_outputs, total)
+            send({"index": index, "outputs": outputs + ([ended] if ended else [])})
 
 
 if __name__ == "__main__":

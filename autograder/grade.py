@@ -18,6 +18,8 @@ from nbgrader.api import Gradebook, MissingEntry
 from .release import generate, nbgrader
 
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "_build" / "grading"
+# The two kinds of a failed grading (autograder.classgrade): the grader could not grade, or nothing to grade.
+GRADER_ERROR, NOT_GRADED = "grader error", "not graded"
 
 
 def db_url(grading_dir: Path) -> str:
@@ -106,8 +108,8 @@ def ordered_cells(rows: list[CellScore], order: list[str] = ()) -> list[str]:
 
 def by_learner(rows: list[CellScore], failures: dict[str, str] | None = None, order: list[str] = ()):
     """One assignment's rows as (cells, [(learner, {cell: score}, total, points, status)]), learners sorted.
-    Cells named in `order` come first; a learner in `failures` has no total and the status
-    `not graded: <reason>`."""
+    Cells named in `order` come first; a learner in `failures` (learner -> status, e.g. `grader error: <reason>`)
+    has no total and that status; the others have the status `graded`."""
     cells = ordered_cells(rows, order)
     got: dict[str, dict[str, CellScore]] = defaultdict(dict)
     for r in rows:
@@ -119,7 +121,7 @@ def by_learner(rows: list[CellScore], failures: dict[str, str] | None = None, or
         scores = {c: mine[c].score for c in cells if c in mine}
         points = sum(mine[c].points for c in cells if c in mine)
         total = None if learner in failures else sum(s or 0 for s in scores.values())
-        status = f"not graded: {failures[learner]}" if learner in failures else "graded"
+        status = failures.get(learner, "graded")
         lines.append((learner, scores, total, points, status))
     return cells, lines
 

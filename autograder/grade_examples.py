@@ -38,18 +38,23 @@ def main():
     a = p.parse_args()
     t0 = time.monotonic()
     grade.prepare(a.grading_dir, a.assignments)
-    for learner, answers in roster().items():
-        for asg in a.assignments:
-            if asg in answers:
-                grade.submit(a.grading_dir, learner, asg, example_submission(asg, answers[asg]))
-    for asg in a.assignments:
-        grade.autograde(a.grading_dir, asg)
-        grade.feedback(a.grading_dir, asg)
+    submitted = {asg: [learner for learner, answers in roster().items() if asg in answers] for asg in a.assignments}
+    failed = []
+    for asg, learners in submitted.items():
+        if not learners:
+            print(f"{asg}: no learner of the example class submits it (examples/class_roster.py); not graded")
+            continue
+        for learner in learners:
+            grade.submit(a.grading_dir, learner, asg, example_submission(asg, roster()[learner][asg]))
+        if grade.autograde(a.grading_dir, asg).returncode or grade.feedback(a.grading_dir, asg).returncode:
+            failed.append(asg)
     rows = grade.scores(a.grading_dir, a.assignments)
     print(f"\nGradebook ({grade.db_url(a.grading_dir)}), graded in {time.monotonic() - t0:.0f} s:\n")
     print(grade.table(rows))
     print(f"Feedback: {a.grading_dir / 'feedback'}/<learner>/<assignment>/<assignment>.html")
-    return 0 if rows else 1
+    if failed:
+        print(f"grading failed for {', '.join(failed)}: see the errors above")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ class Check:
     weight: float
     passed: bool
     diagnosis: str | None = None
+    together: bool = False        # the part with the learner's own parts it uses (not the course's)
 
 
 @dataclass
@@ -99,8 +100,9 @@ class Grading:
                    d.get("fault"))
 
 
-def suite_path(assignment: str) -> Path:
-    return SUITES / f"test_{assignment}.py"
+def suite_path(assignment: str, settings: config.Settings | None = None) -> Path:
+    folder = (settings or config.current()).suites_dir
+    return (Path(folder) if folder else SUITES) / f"test_{assignment}.py"
 
 
 # -- inside the suite process -----------------------------------------------------------------
@@ -154,6 +156,7 @@ class Recorder:
             "passed": call.excinfo is None,
             "diagnosis": diagnosis,
             "fault": fault,
+            "together": item.get_closest_marker("together") is not None,
             "test": item.nodeid,
         })
 
@@ -166,9 +169,10 @@ def _suite_main(assignment: str, out: str) -> int:
 
     sys.stderr.write(f"grader: inputs drawn from grading seed {GRADING_SEED} (GRADER_SEED={GRADING_SEED} replays them)\n")
     recorder = Recorder()
-    code = pytest.main([str(suite_path(assignment)), "-q", "-p", "no:cacheprovider", "--assert=plain",
+    path = suite_path(assignment)
+    code = pytest.main([str(path), "-q", "-p", "no:cacheprovider", "--assert=plain",
                         "-o", "console_output_style=classic", "--no-header", "-rN",
-                        "--rootdir", str(SUITES), "-c", os.devnull], plugins=[recorder])
+                        "--rootdir", str(path.parent), "-c", os.devnull], plugins=[recorder])
     Path(out).write_text(json.dumps({"exit": int(code), "records": recorder.records,
                                      "collection_errors": recorder.collection_errors,
                                      "notes": sorted(learner.NOTES)}))
@@ -190,8 +194,8 @@ def run_suite(assignment: str, cells: list[dict], settings: config.Settings, dea
         env = {**os.environ, **settings.to_env(), "GRADER_CELLS": str(cells_path), "PYTHONPATH": str(ROOT),
                "PYTHONDONTWRITEBYTECODE": "1", "GRADER_DEADLINE": repr(deadline)}
         log = Path(tmp) / "log.txt"
-        # The suite stops calling the learner's code at the deadline; past it plus a margin, the suite itself hangs.
-        timeout = max(1.0, deadline - time.time()) + 60.0
+        # The suite stops calling the learner's code at the deadline; past it and its grace, the suite itself hangs.
+        timeout = max(1.0, deadline - time.time()) + settings.grace
         with open(log, "wb") as logf:
             try:
                 r = subprocess.run([sys.executable, "-m", "autograder.hidden", assignment, str(out)], cwd=ROOT,
@@ -219,7 +223,8 @@ def score(records: list[dict], graded: dict[str, float], findings: static.Report
     for rec in records:
         v = verdicts.get(rec.get("cell"))
         if v is not None:
-            v.checks.append(Check(rec["label"], rec["weight"], rec["passed"], rec.get("diagnosis")))
+            v.checks.append(Check(rec["label"], rec["weight"], rec["passed"], rec.get("diagnosis"),
+                                  bool(rec.get("together"))))
     findings = findings or static.Report()
     for gid, v in verdicts.items():
         total = sum(c.weight for c in v.checks)

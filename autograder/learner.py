@@ -14,6 +14,7 @@ time, the worker's VmHWM) are readings of processes the learner controls, and `N
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -75,6 +76,8 @@ class Learner:
         self.deaths = 0
         # The hidden suite's end of the learner's time budget (autograder.hidden), as time.time().
         self.deadline = float(os.environ.get("GRADER_DEADLINE", "inf"))
+        self.parts: list[str] = []                # names bound to the course's parts (autograder.parts)
+        self.parts_server: Learner | None = None  # the worker of course code that computes them
 
     def _left(self, timeout: float) -> float:
         """`timeout`, cut to what is left of the learner's grading budget."""
@@ -128,6 +131,8 @@ class Learner:
                 self.start_failure = "your notebook's code interfered with the grader while it was being loaded"
                 continue
             self.ready = msg
+            if self.parts:
+                self.request({"op": "use_parts", "names": self.parts}, what="(the course's parts)")
             return
 
     @property
@@ -231,8 +236,11 @@ class Learner:
         return result, max(allocator, poller.rise())
 
     # -- calls ---------------------------------------------------------------------------------------
-    def request(self, req: dict, timeout: float | None = None, what: str = ""):
-        if what in self.broken_calls:
+    def request(self, req: dict, timeout: float | None = None, what: str = "", remember: bool = True):
+        """Send one request and return the worker's response; the course's parts it asks for on the way are
+        computed by `parts_server`.  A call that ended or hung the worker fails at once the next time
+        (unless `remember` is off: each call of a course part is a call of its own)."""
+        if remember and what in self.broken_calls:
             raise WorkerDied(self.broken_calls[what])
         if self.proc is None or self.proc.poll() is not None:
             self.start()
@@ -245,13 +253,24 @@ class Learner:
             code = self._exit_code()
             self._die()
             self.deaths += 1
-            self.broken_calls[what] = _death_message(code, f"while calling {what}")
-            raise WorkerDied(self.broken_calls[what]) from None
+            message = _death_message(code, f"while calling {what}")
+            if remember:
+                self.broken_calls[what] = message
+            raise WorkerDied(message) from None
+        end = time.monotonic() + self._left(timeout or self.call_timeout)
         try:
-            resp = self._read(self._left(timeout or self.call_timeout), during=f"while calling {what}")
+            resp = self._read(max(0.0, end - time.monotonic()), during=f"while calling {what}")
+            while isinstance(resp, dict) and "callback" in resp:
+                write_message(self.proc.stdin.fileno(), self._serve(resp["callback"]))
+                resp = self._read(max(0.0, end - time.monotonic()), during=f"while calling {what}")
         except WorkerDied as e:
-            self.broken_calls[what] = str(e)
+            if remember:
+                self.broken_calls[what] = str(e)
             raise
+        except (BrokenPipeError, OSError):
+            self._die()
+            self.deaths += 1
+            raise WorkerDied(f"your code stopped the grader's process while calling {what}") from None
         if not isinstance(resp, dict) or not ({"ok", "error"} & set(resp)):
             self._die()
             raise WorkerDied("your code interfered with the grader's messages")
@@ -260,6 +279,38 @@ class Learner:
             raise LearnerError(str(e.get("type"))[:100], [str(c)[:100] for c in list(e.get("mro", []))[:50]],
                                str(e.get("message", ""))[:2000], str(e.get("traceback", ""))[:4000])
         return resp
+
+    @contextlib.contextmanager
+    def course_parts(self, names: list[str], server: "Learner"):
+        """While active, `names` in the learner's code are the course's parts, computed by `server` (a worker
+        of course code): a part is graded on its own, whatever the parts it uses do."""
+        self.parts, self.parts_server = list(names), server
+        try:
+            self.request({"op": "use_parts", "names": self.parts}, what="(the course's parts)")
+            yield
+        finally:
+            self.parts, self.parts_server = [], None
+            if self.proc is not None and self.proc.poll() is None:
+                with contextlib.suppress(WorkerDied, LearnerError):
+                    self.request({"op": "use_parts", "names": []}, what="(your own parts)")
+
+    def _serve(self, cb) -> dict:
+        """A course part that the learner's worker asks for: only those of `parts`, only what the stand-ins
+        send; the course worker's own errors are not passed on (they could show its code)."""
+        ops = {"part": ("name", "ctor", "ctor_kwargs", "state", "args", "kwargs", "grad"),
+               "part_backward": ("name", "ctor", "ctor_kwargs", "grad_id", "grads")}
+        if (not isinstance(cb, dict) or cb.get("op") not in ops or cb.get("name") not in self.parts
+                or self.parts_server is None):
+            return {"error": "no course part is available here"}
+        name = cb["name"]
+        fields = {k: cb[k] for k in ops[cb["op"]] if k in cb}
+        try:
+            return {"ok": self.parts_server.request({"op": cb["op"], **fields}, what=f"the course's {name}",
+                                                    remember=False)["ok"]}
+        except LearnerError as e:
+            return {"error": f"the course's {name} could not take what your code gave it ({e.type})"}
+        except WorkerDied:
+            return {"error": f"the course's {name} could not run on what your code gave it"}
 
     def fn(self, name: str):
         def call(*args, **kwargs):

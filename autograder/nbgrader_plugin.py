@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import nbformat
-from nbconvert.exporters import NotebookExporter
+from nbconvert.exporters import HTMLExporter, NotebookExporter
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 from nbconvert.preprocessors.sanitize import SanitizeHTML
 from nbgrader.api import Gradebook, MissingEntry
@@ -39,6 +39,7 @@ from .notebooks import TESTS_SUFFIX, is_graded_test, nbgrader_meta
 from .sandbox import Limits, Sandbox, SandboxUnavailable
 
 DEADLINE = "grader_deadline"   # resources: when this learner's grading budget ends (time.time())
+TEMPLATES = Path(__file__).parent / "templates"
 
 
 class GraderFault(RuntimeError):
@@ -91,8 +92,15 @@ class SandboxedExecute(NbGraderPreprocessor):
                 self.log.warning("sandbox: this grading lacks %s", "; ".join(missing))
             src = sb.put("submission.ipynb", nbformat.writes(nb))
             run = sb.run([sb.inside(sb.files / "execute.py"), src, str(s.cell_timeout), str(s.max_cell_output_chars),
-                          str(s.max_outputs_per_cell)], stdout_limit=s.max_notebook_bytes)
-        ran = self._apply(nb, run.stdout, s)
+                          str(s.max_cell_output_bytes), str(s.max_outputs_per_cell)], stdout_limit=s.max_notebook_bytes)
+        lines = run.stdout.splitlines()
+        if not lines or _json(lines[0]) != {"ready": True}:
+            # Nothing of the learner's had run: the sandbox or its kernel could not start.
+            self.log.error("the sandbox's notebook run ended before its kernel was ready (%s); its stderr:\n%s",
+                           _ended(run, wall), _quoted(run.stderr))
+            raise GraderFault(f"the notebook's kernel did not start in the sandbox ({_ended(run, wall)}); "
+                              "the sandbox's stderr is in the log")
+        ran = self._apply(nb, lines[1:], s)
         problem = None
         if run.timed_out:
             problem = f"your notebook did not finish running within {wall:g} s"
@@ -100,10 +108,8 @@ class SandboxedExecute(NbGraderPreprocessor):
             problem = f"your notebook's outputs passed {s.max_notebook_bytes >> 20} MiB; the rest were not kept"
         elif ran < sum(c.cell_type == "code" for c in nb.cells):
             problem = "your notebook could not be run to the end (it ended the Python process or used too much memory)"
-            if ran == 0 and run.stderr.strip():
-                self.log.warning("sandbox stderr:\n%s", run.stderr[-4000:])
         if problem:
-            self.log.warning("%s", problem)
+            self.log.warning("%s (%s); the sandbox's stderr:\n%s", problem, _ended(run, wall), _quoted(run.stderr))
             first_code = next((c for c in nb.cells if c.cell_type == "code"), None)
             if first_code is not None:
                 first_code.outputs.insert(0, _note(f"[grader] {problem}; the outputs below are those recorded before.\n"))
@@ -111,27 +117,52 @@ class SandboxedExecute(NbGraderPreprocessor):
         sanitize(nb)
         return nb, resources
 
-    def _apply(self, nb, stream: bytes, s: config.Settings) -> int:
-        """Put the outputs of each line the sandbox wrote into its code cell, checked again here; the number of
-        code cells that reported."""
+    def _apply(self, nb, lines: list[bytes], s: config.Settings) -> int:
+        """Put the outputs of each line the sandbox wrote into its code cell, checked and capped again here; the
+        number of code cells that reported.  Only the first line for each code cell counts, and a line longer
+        than a cell's outputs may be is not parsed."""
         from .execute import cap_outputs
 
-        ran = 0
-        for line in stream.splitlines():
+        code = {i for i, c in enumerate(nb.cells) if c.cell_type == "code"}
+        done: set[int] = set()
+        longest = s.max_cell_output_bytes + s.max_cell_output_chars + (64 << 10)
+        for line in lines:
+            if done == code:
+                break
+            msg = _json(line) if len(line) <= longest else None
             try:
-                msg = json.loads(line)
-                index, outputs = int(msg["index"]), msg["outputs"]
-                cell = nb.cells[index]
-                if cell.cell_type != "code" or not isinstance(outputs, list):
+                index, raw = int(msg["index"]), msg["outputs"]
+                if index not in code or index in done or not isinstance(raw, list):
                     continue
-                outputs = [nbformat.from_dict(o) for o in outputs]
+                outputs = [nbformat.from_dict(o) for o in raw[:s.max_outputs_per_cell]]
                 probe = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(outputs=outputs)])
                 nbformat.validate(probe)
             except Exception:  # noqa: BLE001 - whatever the sandbox wrote, it is only untrusted data
                 continue
-            cell.outputs = cap_outputs(outputs, s.max_cell_output_chars, s.max_outputs_per_cell)
-            ran += 1
-        return ran
+            nb.cells[index].outputs = cap_outputs(outputs, s.max_cell_output_chars, s.max_cell_output_bytes,
+                                                  s.max_outputs_per_cell, total=len(raw))
+            done.add(index)
+        return len(done)
+
+
+def _json(line: bytes):
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _ended(run, wall: float) -> str:
+    if run.timed_out:
+        return f"stopped after {wall:g} s"
+    if run.returncode is None or run.returncode < 0:
+        return f"killed by signal {-(run.returncode or 9)}"
+    return f"exit code {run.returncode}"
+
+
+def _quoted(text: str) -> str:
+    """A sandbox's stderr for the log, each line marked, so none of it reads as a line of the grader's own."""
+    return "\n".join(f"    | {line}" for line in text.strip().splitlines()[-80:]) or "    | (nothing)"
 
 
 def sanitize(nb):
@@ -148,15 +179,15 @@ class HiddenSuites(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         assignment = resources["nbgrader"]["assignment"]
-        if not hidden.suite_path(assignment).exists():
-            raise GraderFault(f"no hidden suite for assignment {assignment!r} ({hidden.suite_path(assignment).name})")
         s = settings_of(self)
+        if not hidden.suite_path(assignment, s).exists():
+            raise GraderFault(f"no hidden suite for assignment {assignment!r} ({hidden.suite_path(assignment, s)})")
         grading = hidden.grade(nb, assignment, s, resources.get(DEADLINE))
         if grading.log:
             self.log.debug("hidden suite log:\n%s", grading.log)
         if grading.fault:
-            self.log.error("grader fault for %s: %s\n%s", resources["nbgrader"].get("student"), grading.fault,
-                           grading.log[-6000:])
+            self.log.error("grader fault for %s: %s; the hidden suite's log:\n%s", resources["nbgrader"].get("student"),
+                           grading.fault, _quoted(grading.log[-6000:]))
             raise GraderFault(f"grader fault (not the learner's): {grading.fault}")
         for cell in nb.cells:
             if not is_graded_test(cell):
@@ -200,24 +231,40 @@ class SaveDiagnoses(NbGraderPreprocessor):
                 comment = gb.find_comment(name, ids["notebook"], ids["assignment"], ids["student"])
                 if comment.auto_comment == "No response." and not problems:
                     continue
-                comment.auto_comment = f"{problems}. {v.comment()}" if problems else v.comment()
+                comment.auto_comment = as_text(f"{problems}. {v.comment()}" if problems else v.comment())
             gb.db.commit()
         return nb, resources
 
 
+def as_text(comment: str) -> str:
+    """A comment that the feedback renders as markdown (nbgrader's template) shows as the text it is: what a
+    diagnosis quotes of the learner's code or messages makes no HTML and no link."""
+    return comment.translate({ord(ch): f"&#{ord(ch)};" for ch in "&<>[]"})
+
+
+class FeedbackHTML(HTMLExporter):
+    """The feedback pages' exporter: nbgrader's feedback template, with our head (templates/base/mathjax.html.j2:
+    a Content-Security-Policy that runs no script but MathJax's, and MathJax from the grading folder)."""
+
+
 class OfflineMathJax(NbGraderPreprocessor):
-    """Put one copy of MathJax 3 beside the feedback (feedback/mathjax/), which the pages load."""
+    """Put one copy of MathJax 3 and its configuration beside the feedback (feedback/mathjax/), which the pages load."""
 
     feedback_directory = Unicode("", help="The course's feedback folder.").tag(config=True)
 
     def preprocess(self, nb, resources):
+        if not self.feedback_directory:
+            return nb, resources
         target = Path(self.feedback_directory) / "mathjax"
-        if self.feedback_directory and not (target / "tex-chtml.js").exists():
+        if not (target / "tex-chtml.js").exists():
             source = mathjax_source()
             target.mkdir(parents=True, exist_ok=True)
             shutil.copy(source / "tex-chtml.js", target / "tex-chtml.js")
             for sub in ("output/chtml", "input/tex/extensions"):
                 shutil.copytree(source / sub, target / sub, dirs_exist_ok=True)
+        config_js = TEMPLATES / "mathjax-config.js"
+        if not (target / "config.js").exists() or (target / "config.js").read_bytes() != config_js.read_bytes():
+            shutil.copy(config_js, target / "config.js")
         return nb, resources
 
 
@@ -244,10 +291,13 @@ def configure(c, feedback_directory: str = ""):
     # A graded cell's score is the trusted verdict; nothing the learner prints may change it.
     c.LimitOutput.max_lines = 2000
     c.LimitOutput.max_traceback = 100
-    # Feedback: MathJax from the grading folder (templates/base/mathjax.html.j2), no CDN.
+    # Feedback: nbgrader's template with our head (a Content-Security-Policy, MathJax from the grading folder,
+    # no CDN), for the feedback only: formgrader's own pages keep nbgrader's.
     import nbgrader
 
     nbgrader_templates = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
-    c.HTMLExporter.extra_template_basedirs = [str(Path(__file__).parent / "templates"), str(nbgrader_templates)]
+    c.GenerateFeedback.exporter_class = FeedbackHTML
+    c.FeedbackHTML.template_name = "feedback"
+    c.FeedbackHTML.extra_template_basedirs = [str(TEMPLATES), str(nbgrader_templates)]
     c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, OfflineMathJax]
     c.OfflineMathJax.feedback_directory = feedback_directory

@@ -70,7 +70,11 @@ class Comparison:
 
 
 def _clock(target: Target, cpu: bool) -> float:
-    return target.proxy.cpu_seconds() if cpu else time.perf_counter()
+    """CPU time of the target's worker, and of the worker computing the course's parts it uses, if any."""
+    if not cpu:
+        return time.perf_counter()
+    server = target.proxy.parts_server
+    return target.proxy.cpu_seconds() + (server.cpu_seconds() if server is not None else 0.0)
 
 
 def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict | None = None, reps: int = 7,

@@ -3,7 +3,8 @@
 Each assignment has `examples/variants/<assignment>.py` defining `VARIANTS`: correct answers
 written differently from the reference (`Correct`), which must get full marks, and typical
 mistakes (`Bug`), which must lose points in the graded cells they name, with a diagnosis that
-contains the given text, and full marks everywhere else.  A variant replaces the code of some
+contains the given text, and full marks everywhere else, except that a later part using the wrong
+one may lose its `together` test (the parts graded together), named in `Bug.together`.  A variant replaces the code of some
 solution cells (by grade_id); the other solution cells hold the reference solution.
 """
 from __future__ import annotations
@@ -37,6 +38,9 @@ class Bug:
     fails: dict[str, str]           # graded cell id -> text its diagnosis must contain
     about: str = ""
     cell_errors: list = field(default_factory=list)
+    # graded cell id -> text: a later part that is right and uses this wrong one loses only its `together`
+    # test (graded with the learner's own parts), whose diagnosis contains the text
+    together: dict[str, str] = field(default_factory=dict)
 
 
 def load(assignment: str) -> list:

@@ -86,10 +86,79 @@ def make_inputs(specs: list[dict], seed: int) -> list:
     return args
 
 
+MAX_GRAPHS = 256       # course parts' autograd graphs kept for a backward that may come
+
+
 class Worker:
-    def __init__(self, ns: dict):
+    def __init__(self, ns: dict, send=None, receive=None):
         self.ns = ns
         self.handles: dict[int, object] = {}
+        self.send, self.receive = send, receive
+        self.modules: dict[str, object] = {}      # course parts built for `part` requests
+        self.graphs: dict[int, tuple] = {}
+        self.next_graph = 0
+
+    # -- the parts a learner's part uses, from the course (autograder.parts) ---------------------------
+    def callback(self, msg: dict):
+        """Ask the grader for a course part's result, in the middle of a request."""
+        self.send({"callback": msg})
+        reply = self.receive()
+        if not isinstance(reply, dict) or "ok" not in reply:
+            raise RuntimeError(str(reply.get("error", "the grader refused the call")) if isinstance(reply, dict)
+                               else "the grader refused the call")
+        return reply["ok"]
+
+    def op_use_parts(self, req):
+        """While the grader checks one part, the parts it uses are the course's (through `callback`)."""
+        import parts
+
+        parts.install(self.ns, [str(n) for n in req.get("names", [])], self.callback)
+        return None
+
+    def op_part(self, req):
+        """Compute a course part for a learner's stand-in: a function, or a module with the given state."""
+        import torch
+
+        name, state = req["name"], req.get("state") or {}
+        args, kwargs, need = list(req.get("args", [])), dict(req.get("kwargs", {})), req.get("grad")
+        flat = [(state, k) for k in state] + [(args, i) for i in range(len(args))] + [(kwargs, k) for k in kwargs]
+        flat = [(box, key) for box, key in flat if isinstance(box[key], torch.Tensor)]
+        inputs = []
+        for (box, key), wants in zip(flat, need or []):
+            if wants:
+                box[key] = box[key].detach().requires_grad_(True)
+                inputs.append(box[key])
+        with torch.enable_grad() if need else torch.no_grad():
+            if state:
+                key = json.dumps([name, req.get("ctor", []), req.get("ctor_kwargs", {})])
+                if key not in self.modules:
+                    self.modules[key] = self.ns[name](*req.get("ctor", []), **req.get("ctor_kwargs", {}))
+                out = torch.func.functional_call(self.modules[key], state, tuple(args), kwargs)
+            else:
+                out = self.ns[name](*args, **kwargs)
+        as_tuple = isinstance(out, tuple)
+        outs = list(out) if as_tuple else [out]
+        if not all(type(o) is torch.Tensor for o in outs):
+            raise TypeError(f"the course's {name} returned something other than tensors")
+        reply = {"outputs": [o.detach() for o in outs], "tuple": as_tuple}
+        if inputs:
+            self.next_graph += 1
+            self.graphs[self.next_graph] = (inputs, outs, need)
+            while len(self.graphs) > MAX_GRAPHS:
+                self.graphs.pop(next(iter(self.graphs)))
+            reply["grad_id"] = self.next_graph
+        return reply
+
+    def op_part_backward(self, req):
+        import torch
+
+        inputs, outs, need = self.graphs.pop(req["grad_id"])
+        pairs = [(o, g) for o, g in zip(outs, req["grads"]) if g is not None and o.requires_grad]
+        got = torch.autograd.grad([o for o, _ in pairs], inputs, [g for _, g in pairs], allow_unused=True) if pairs else []
+        grads, it = [], iter(got)
+        for wants in need:
+            grads.append(next(it, None) if wants else None)
+        return {"grads": grads}
 
     def obj(self, handle):
         if handle not in self.handles:
@@ -205,7 +274,8 @@ class Worker:
         if op is None:
             return {"error": {"type": "ProtocolError", "mro": [], "message": "unknown op", "traceback": ""}}
         try:
-            with torch.no_grad() if req.get("no_grad", True) and req["op"] not in ("train", "backward") else _null():
+            with torch.no_grad() if req.get("no_grad", True) and req["op"] not in ("train", "backward", "part",
+                                                                                   "part_backward") else _null():
                 return {"ok": op(req)}
         except BaseException as e:  # noqa: BLE001 - the learner's exception is data here
             return {"error": _error(e)}
@@ -241,7 +311,7 @@ def main():
             exec(compile(cell["source"], f"<cell {cell['id']}>", "exec"), ns)
         except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt too: record and go on
             cell_errors.append({"cell": cell["id"], **_error(e)})
-    worker = Worker(ns)
+    worker = Worker(ns, lambda msg: write_message(proto_out, msg), lambda: read_message(proto_in))
     write_message(proto_out, {"ready": True, "cell_errors": cell_errors})
     while True:
         try:

@@ -80,7 +80,10 @@ HIDDEN_ONLY = {
         "blockwise_skips_long_inputs": "wrong only at lengths far beyond a visible check",
     },
     "residual": {"block_library_norms": "right values: the grader sees the library call"},
-    "transformer": {"library_blocks": "right values: the grader sees the library call"},
+    "transformer": {"library_blocks": "right values: the grader sees the library call",
+                    "pasted_layernorm_unbiased": "a pasted part: its own exercise's visible checks catch it",
+                    "pasted_attention_unscaled": "a pasted part: its own exercise's visible checks catch it",
+                    "pasted_block_missing": "a pasted part left out: the cell that needs it raises NameError"},
 }
 
 

@@ -1,8 +1,9 @@
 """Trusted grading holds against attacks, through the real `nbgrader autograde`.
 
-A class of red-team learners (tests/attacks.py) is graded in one batch; the tests assert that no
-attack gained anything, that every other learner's grade is exactly as expected, that no hidden
-test text reached any output, and that no process outlives the grading.
+A class of red-team learners (tests/attacks.py, and the output flood of tests/test_feedback.py) is
+graded in one batch; the tests assert that no attack gained anything, that every other learner's grade
+is exactly as expected, that the batch went on past each attacker, that no hidden test text reached any
+output, and that no process outlives the grading.
 """
 import os
 import socket
@@ -13,12 +14,14 @@ import pytest
 
 from attacks import MARKER, NOTEBOOK_ATTACKS, SNIPPETS, WRONG
 from autograder import grade, variants
+from test_feedback import FLOOD
 from test_release import leaks, suite_lines
 
 pytestmark = pytest.mark.xdist_group("redteam")
 ASG = "positional_encoding"
 FULL = {"sinusoidal_encoding_tests": 4.0, "rope_tests": 4.0, "alibi_bias_tests": 3.0}
-FAST = {"GRADER_CELL_TIMEOUT": "20", "GRADER_CALL_TIMEOUT": "15"}
+FAST = {"GRADER_CELL_TIMEOUT": "20", "GRADER_CALL_TIMEOUT": "15", "GRADER_NOTEBOOK_TIMEOUT": "120"}
+ATTACKERS = [*(n for n in SNIPPETS if n != "control"), "flood", *NOTEBOOK_ATTACKS]
 
 
 def _control():
@@ -79,11 +82,10 @@ def attacked(tmp_path_factory, listener):
     for name, snippet in SNIPPETS.items():
         code = WRONG + snippet.replace("PORT", str(port))
         grade.submit(d, name, ASG, variants.submission(ASG, {"sinusoidal_encoding": code}))
+    grade.submit(d, "flood", ASG, variants.submission(ASG, {"sinusoidal_encoding": WRONG + FLOOD}))
     for name in NOTEBOOK_ATTACKS:
         grade.submit(d, name, ASG, _notebook_attack(name))
-    env = {**os.environ, **FAST}
-    r = grade.autograde(d, ASG, capture_output=True, text=True, env_extra=env,
-                        extra=["--SandboxedExecute.cell_timeout=20", "--SandboxedExecute.total_timeout=120"])
+    r = grade.autograde(d, ASG, capture_output=True, text=True, env_extra=FAST)
     f = grade.feedback(d, ASG, capture_output=True, text=True)
     scores = {}
     for row in grade.scores(d, [ASG]):
@@ -96,7 +98,7 @@ def test_honest_learner_gets_full_marks(attacked):
     assert {c: s.score for c, s in scores["honest"].items()} == FULL, r.stdout[-3000:] + r.stderr[-3000:]
 
 
-@pytest.mark.parametrize("attacker", [n for n in SNIPPETS if n != "control"] + list(NOTEBOOK_ATTACKS))
+@pytest.mark.parametrize("attacker", ATTACKERS)
 def test_attack_gains_nothing(attacked, attacker):
     _, r, _, scores = attacked
     control = {c: s.score for c, s in scores["control"].items()}
@@ -141,7 +143,7 @@ def test_no_process_outlives_grading(attacked):
 def test_the_batch_continued_and_says_why(attacked):
     """A corrupt notebook is reported, and every other learner was graded."""
     d, r, _, scores = attacked
-    expected = {"honest", *SNIPPETS, *NOTEBOOK_ATTACKS} - {"corrupt_json"}
+    expected = {"honest", "control", *ATTACKERS} - {"corrupt_json"}
     assert expected <= set(scores), sorted(expected - set(scores))
     assert "corrupt_json" in (r.stdout + r.stderr)
 
@@ -155,3 +157,13 @@ def test_every_failure_is_explained(attacked):
     assert "could not be read" in comment["corrupt_json"]
     assert "rebuilt from the released notebook" in comment["delete_graded_cell"]
     assert "rebuilt from the released notebook" in comment["change_grade_id"]
+
+
+def test_an_output_flood_leaves_a_small_feedback(attacked):
+    """300,000 outputs and a killed notebook client: the flooding learner's notebook and feedback are of the
+    control's size, with notes that say what was cut."""
+    d = attacked[0]
+    for folder, name in (("autograded", f"{ASG}.ipynb"), ("feedback", f"{ASG}.html")):
+        flood, control = (d / folder / who / ASG / name for who in ("flood", "control"))
+        assert flood.stat().st_size < control.stat().st_size + (1 << 20), (folder, flood.stat().st_size)
+    assert "more outputs cut" in (d / "autograded" / "flood" / ASG / f"{ASG}.ipynb").read_text()

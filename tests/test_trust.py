@@ -9,7 +9,7 @@ grading), and only there may a part's provisional score pass the control's.
 import pytest
 
 from autograder import grade, variants
-from trust_attacks import CLASSES, FLAGGED, LIBRARY, PROVISIONAL
+from trust_attacks import CLASSES, FLAGGED, FOUND_NOTHING, LIBRARY, PROVISIONAL, SEARCHER
 
 FAST = {"GRADER_CELL_TIMEOUT": "30", "GRADER_CALL_TIMEOUT": "30"}
 
@@ -20,7 +20,7 @@ def _graded(tmp_path_factory, asg):
     control = CLASSES[asg]["control"]
     learners = {name: {**control, **tricks} for name, tricks in CLASSES[asg].items()}
     if asg == "attention":
-        learners["honest"] = {}
+        learners["honest"], learners["searcher"] = {}, SEARCHER
     for learner, cells in learners.items():
         grade.submit(d, learner, asg, variants.submission(asg, cells))
     r = grade.autograde(d, asg, capture_output=True, text=True, env_extra=FAST)
@@ -42,6 +42,7 @@ def others(tmp_path_factory):
 
 def _check(asg, r, rows):
     assert set(rows) >= set(CLASSES[asg]), (sorted(rows), r.stderr[-3000:])
+    rows = {learner: cells for learner, cells in rows.items() if learner in CLASSES[asg]}
     control = rows["control"]
     for attacker in CLASSES[asg]:
         if attacker == "control":
@@ -67,6 +68,14 @@ def test_no_attention_trick_gains_anything(attention):
     assert 4 < control["scaled_dot_product_attention_tests"].score < 5, "a loop over queries loses the speed points"
     assert control["blockwise_attention_tests"].score < 5, "the whole score matrix loses the memory points"
     _check("attention", r, rows)
+
+
+@pytest.mark.xdist_group("trust-attention")
+def test_the_course_code_never_enters_the_learner_s_process(attention):
+    """A part graded with the course's parts searches its own process for the course's code, and finds none."""
+    _, rows = attention
+    comment = rows["searcher"]["MultiHeadAttention_tests"].comment or ""
+    assert FOUND_NOTHING in comment, comment
 
 
 @pytest.mark.xdist_group("trust-others")

@@ -41,6 +41,13 @@ def test_variant(asg, variant):
             assert v.score < v.points, f"mistake '{variant.name}' was not caught in {gid}"
             assert any(variant.fails[gid] in d for d in v.failed), (
                 f"mistake '{variant.name}' in {gid}: expected a diagnosis with {variant.fails[gid]!r}, got {v.failed}")
+        elif gid in variant.together:
+            own = [c for c in v.checks if not c.together]
+            assert all(c.passed for c in own), (
+                f"mistake '{variant.name}' in another part cost {gid} points in its own tests: {v.failed}")
+            assert any(c.together and not c.passed and variant.together[gid] in (c.diagnosis or "") for c in v.checks), (
+                f"mistake '{variant.name}': {gid}'s test with the learner's own parts should say {variant.together[gid]!r}, "
+                f"got {v.failed}")
         else:
             assert v.score == v.points, f"mistake '{variant.name}' should not cost points in {gid}: {v.failed}"
 

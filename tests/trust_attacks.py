@@ -9,6 +9,7 @@ grader proves a library use (0 points) or flags the notebook for the instructor.
 from autograder import variants
 
 _ATTENTION = {v.name: v.cells for v in variants.load("attention")}
+_ATTENTION_CORRECT = {k: v for k, v in _ATTENTION["softmax_einsum"].items() if k != "MultiHeadAttention"}
 _RESIDUAL = {v.name: v.cells for v in variants.load("residual")}
 
 LOOP = _ATTENTION["sdpa_query_loop"]["scaled_dot_product_attention"]
@@ -177,6 +178,53 @@ class LayerNorm(nn.Module):
                          "        self.blocks = nn.ModuleList(TransformerBlock() for _ in range(n_layers))\n"
                          "        self.norm = LayerNorm()\n")
 
+# -- the course's code, searched for in the learner's own process ------------------------------------------
+# Lines of the course's own scaled_dot_product_attention (its source notebook), built from pieces so that this
+# code does not hold them itself; the answer the attacker submits is another correct one, so they can only be
+# found in the process if the course's code came in with the course's parts.
+SEARCH_FOR_THE_COURSE = _ATTENTION["softmax_einsum"]["MultiHeadAttention"].replace(
+    "    def forward(self, query, key=None, value=None, mask=None):\n",
+    "    def forward(self, query, key=None, value=None, mask=None):\n"
+    "        scaled_dot_product_attention(query, query, query)       # the course's, while it serves this part\n"
+    "        raise RuntimeError(_search_process())\n"
+    "\n"
+    "    def _unused(self, query, key=None, value=None, mask=None):\n") + '''
+
+def _search_process():
+    import gc
+
+    needles = [b"top.masked_fill(" + b"top == float", b"total.masked_fill(" + b"total == 0, 1.0)"]
+    control = b"no course has this " + b"line anywhere"
+    counts = [0] * (len(needles) + 1)
+    with open("/proc/self/maps") as maps:
+        regions = [line.split() for line in maps]
+    with open("/proc/self/mem", "rb", buffering=0) as mem:
+        for region in regions:
+            if not region[1].startswith("r"):
+                continue
+            start, end = (int(x, 16) for x in region[0].split("-"))
+            for at in range(start, end, 1 << 24):          # 16 MiB at a time, overlapping by a line
+                try:
+                    mem.seek(at)
+                    data = mem.read(min(end - at, (1 << 24) + 256))
+                except (OSError, ValueError, OverflowError):
+                    break
+                for i, needle in enumerate([*needles, control]):
+                    counts[i] += data.count(needle)
+    mine = globals()
+    foreign = [f for f in gc.get_objects() if callable(f) and hasattr(f, "__code__") and hasattr(f, "__globals__")
+               and f.__code__.co_filename.startswith("<") and f.__globals__ is not mine]
+    # the needles and the control exist once each as this function's own objects: only a surplus is found
+    return (f"searched the process: {sum(max(0, c - counts[-1]) for c in counts[:-1])} lines of the course's code, "
+            f"{len(foreign)} functions compiled elsewhere")
+'''
+
+# A learner whose MultiHeadAttention, called while the course's parts serve it, searches its own process
+# (every readable page, every function) for the course's code and reports what it found in its error.
+SEARCHER = {**_ATTENTION_CORRECT, "MultiHeadAttention": SEARCH_FOR_THE_COURSE}
+FOUND_NOTHING = "searched the process: 0 lines of the course's code, 0 functions compiled elsewhere"
+
+
 # learner -> its tricks: the cells that differ from the control's, which differ from the reference's
 CLASSES = {
     "attention": {
@@ -217,3 +265,4 @@ FLAGGED = {
     "c_route_getattr": "getattr() on torch.nn.functional with a computed name",
     "native_ln_forged_args": "sys.modules",
 }
+

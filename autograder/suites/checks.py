@@ -165,3 +165,20 @@ def fast_enough(learner_target: Target, reference_target: Target, inputs: list[d
     raise Diagnosis(f"{what} takes {min(ratios):.1f}x the time of the reference solution (allowed {factor:g}x; the "
                  f"best of {attempts} measurements): vectorise it -- a Python loop over positions or heads is slow; "
                  "let torch work on whole tensors")
+
+
+def together(learner, course_worker, names: list[str], run_check, what: str, fix: str):
+    """`run_check()` with the learner's own parts; when it fails but passes with the course's versions of
+    `names`, the learner's part is right and the parts it uses are not: say so (`fix` names them)."""
+    try:
+        run_check()
+        return
+    except (Diagnosis, LearnerError) as own:
+        first = own
+    try:
+        with learner.course_parts(names, course_worker):
+            run_check()
+    except (Diagnosis, LearnerError):
+        raise first from None
+    raise Diagnosis(f"your {what} is right with the course's {' and '.join(names)} (its other tests use those); with "
+                    f"yours it is wrong ({str(first)[:300]}): {fix}") from None

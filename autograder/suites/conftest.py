@@ -1,9 +1,13 @@
 """Fixtures of the hidden suites.
 
 `learner`   the proxy for the submission's code, running in a sandboxed worker (one per suite run);
-`reference` the course's own solution code for an assignment, executed here (trusted).
+`reference` the course's own solution code for an assignment, executed here (trusted);
+`reference_worker`, `course` the course's solution in sandboxed workers: the other side of every speed
+            comparison, and the server of the course's parts (autograder.parts).
 Each test carries `@pytest.mark.cell("<grade_id>")`, the graded cell it scores, and may carry
-`@pytest.mark.weight(w)`.
+`@pytest.mark.weight(w)`.  A suite that defines `course_parts(cell, learner) -> [names]` has the tests of
+that cell run with those names bound to the course's parts (a part is graded on its own), except the
+tests marked `@pytest.mark.together`, which use the learner's own parts together.
 """
 import json
 import os
@@ -22,10 +26,6 @@ settings.register_profile("grading", max_examples=15, derandomize=True, deadline
                                                  HealthCheck.data_too_large])
 settings.load_profile("grading")
 
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "cell(grade_id): the graded cell this test scores")
-    config.addinivalue_line("markers", "weight(w): this test's share of its cell's points (default 1)")
 
 
 @pytest.fixture(scope="session")
@@ -49,10 +49,7 @@ def reference():
     return get
 
 
-@pytest.fixture(scope="session")
-def reference_worker():
-    """The course's solution code running in its own sandboxed worker, under the same limits as the
-    learner's: the other side of every speed comparison (autograder.timing)."""
+def _workers():
     workers: dict = {}
 
     def get(assignment: str) -> Learner:
@@ -60,6 +57,66 @@ def reference_worker():
             workers[assignment] = Learner(learner_cells(read(source_notebook(assignment))))
         return workers[assignment]
 
+    return workers, get
+
+
+@pytest.fixture(scope="session")
+def reference_worker():
+    """The course's solution code running in its own sandboxed worker, under the same limits as the
+    learner's: the other side of every speed comparison (autograder.timing)."""
+    workers, get = _workers()
     yield get
     for w in workers.values():
         w.close()
+
+
+@pytest.fixture(scope="session")
+def course():
+    """Another worker of the course's solution code: it computes the course's parts that a learner's part
+    (or, in a speed comparison, the reference's) uses."""
+    workers, get = _workers()
+    yield get
+    for w in workers.values():
+        w.close()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cell(grade_id): the graded cell this test scores")
+    config.addinivalue_line("markers", "weight(w): this test's share of its cell's points (default 1)")
+    config.addinivalue_line("markers", "together: this test uses the learner's own parts, not the course's")
+
+
+def parts_of(request, learner) -> list[str]:
+    """The course parts this test's cell runs with (none for a `together` test)."""
+    cell = request.node.get_closest_marker("cell")
+    pick = getattr(request.module, "course_parts", None)
+    if pick is None or cell is None or request.node.get_closest_marker("together"):
+        return []
+    return list(pick(cell.args[0], learner))
+
+
+@pytest.fixture(autouse=True)
+def parts(request):
+    """Bind the names of the parts this test's part uses to the course's (see `parts_of`); the names."""
+    if "learner" not in request.fixturenames:
+        yield []
+        return
+    learner = request.getfixturevalue("learner")
+    names = parts_of(request, learner)
+    if not names:
+        yield []
+        return
+    with learner.course_parts(names, request.getfixturevalue("course")(request.module.A)):
+        yield names
+
+
+@pytest.fixture
+def timed_reference(request, reference_worker, course, parts):
+    """The reference worker for a speed comparison, using the course's parts through the same route as the
+    learner's code does in this test (so both sides pay the same for them)."""
+    worker = reference_worker(request.module.A)
+    if not parts:
+        yield worker
+        return
+    with worker.course_parts(parts, course(request.module.A)):
+        yield worker

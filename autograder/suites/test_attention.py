@@ -15,7 +15,7 @@ from autograder.learner import LearnerError
 from autograder.timing import fresh_seed, peak_memory, same_outputs
 
 from .checks import (Diagnosis, check, close, fast_enough, function_targets, leaves_inputs, module_targets, randn,
-                     raises, seeded, tensor)
+                     raises, seeded, tensor, together)
 
 A = "attention"
 NEG = float("-inf")
@@ -353,6 +353,11 @@ def test_causal_device(learner):
 
 # -- MultiHeadAttention ----------------------------------------------------------------------------------------
 MHA = pytest.mark.cell("MultiHeadAttention_tests")
+
+
+def course_parts(cell, learner):
+    """MultiHeadAttention is graded with the course's scaled_dot_product_attention (and once with the learner's)."""
+    return ["scaled_dot_product_attention"] if cell == "MultiHeadAttention_tests" else []
 PROJ = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 
@@ -476,6 +481,20 @@ def test_mha_permutation_equivariant(learner, L, seed):
     check(torch.allclose(out_p, out[:, perm], atol=1e-5),
           "permuting the positions of x did not permute the output the same way: without positions or a mask, "
           "attention must not depend on the order (is a sequence dimension mixed with the heads or the batch?)")
+
+
+@MHA
+@pytest.mark.together
+def test_mha_with_your_attention(learner, course):
+    """with your own scaled_dot_product_attention, it still equals torch.nn.MultiheadAttention"""
+    proxy, state = mha(learner, 32, 4, seed=8)
+    x, key = randn(2, 6, 32, seed=44), randn(2, 9, 32, seed=45)
+    mask = random_mask(6, 9, seed=46)
+    together(learner, course(A), ["scaled_dot_product_attention"],
+             lambda: close(proxy(x, key, mask=mask), oracle_mha(state, 4, x, key, mask=mask),
+                           "MultiHeadAttention(32, 4)(query, key, mask)", baseline=plain_mha(state, 4, x, key, mask=mask),
+                           dtype=torch.float32),
+             "MultiHeadAttention", "fix part 1 (scaled_dot_product_attention) first")
 
 
 # -- blockwise_attention ---------------------------------------------------------------------------------
@@ -610,9 +629,9 @@ def test_sdpa_speed(learner, reference_worker):
 
 
 @MHA
-def test_mha_speed(learner, reference_worker):
+def test_mha_speed(learner, timed_reference):
     """runs about as fast as the reference solution (all heads at once)"""
-    mine, ref = module_targets(learner, reference_worker(A), "MultiHeadAttention", 64, 4)
+    mine, ref = module_targets(learner, timed_reference, "MultiHeadAttention", 64, 4)
     fast_enough(mine, ref, [{"kind": "randn", "shape": [2, 128, 64]}], "MultiHeadAttention", calls=20)
 
 

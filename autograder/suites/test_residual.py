@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from autograder.learner import LearnerError
 
-from .checks import Diagnosis, check, close, fast_enough, leaves_inputs, max_error, module_targets, randn, seeded
+from .checks import (Diagnosis, check, close, fast_enough, leaves_inputs, max_error, module_targets, randn, seeded,
+                     together)
 from .test_attention import load_exact, load_state, oracle_mha, plain_mha, random_mha_state
 
 A = "residual"
@@ -293,6 +294,7 @@ def test_ff_leaves_input(learner):
 
 # -- TransformerBlock ------------------------------------------------------------------------------------------
 BLOCK = pytest.mark.cell("TransformerBlock_tests")
+BLOCK_CELL = BLOCK.args[0]
 
 
 def new_block(learner, *args):
@@ -317,7 +319,7 @@ _PARTS: dict = {}
 
 
 def broken_parts(learner) -> list:
-    """The learner's own parts (MultiHeadAttention, LayerNorm, FeedForward) that give wrong results."""
+    """The learner's own parts (MultiHeadAttention, LayerNorm, FeedForward) that give wrong results on their own."""
     if id(learner) not in _PARTS:
         broken = []
         x = randn(2, 5, 12, seed=99)
@@ -339,17 +341,14 @@ def broken_parts(learner) -> list:
     return _PARTS[id(learner)]
 
 
-def block_close(learner, actual, expected, what, diagnosis, baseline, mistakes):
-    """close() for the block; when it fails because a part it uses is wrong, say so."""
-    try:
-        close(actual, expected, what, diagnosis, baseline=baseline, dtype=torch.float32, mistakes=mistakes)
-    except Diagnosis as e:
-        broken = broken_parts(learner)
-        if not broken:
-            raise
-        raise Diagnosis(f"{e}. The block uses your {' and '.join(broken)}, which give{'s' if len(broken) == 1 else ''} "
-                        "wrong results on {} own (see {} tests): fix {} first".format(
-                            *(("its", "its", "it") if len(broken) == 1 else ("their", "their", "them")))) from None
+def block_close(actual, expected, what, diagnosis, baseline, mistakes):
+    close(actual, expected, what, diagnosis, baseline=baseline, dtype=torch.float32, mistakes=mistakes)
+
+
+def course_parts(cell, learner):
+    """TransformerBlock is graded with the course's MultiHeadAttention, FeedForward and LayerNorm (and once with
+    the learner's own)."""
+    return ["MultiHeadAttention", "FeedForward", "LayerNorm"] if cell == "TransformerBlock_tests" else []
 
 
 @BLOCK
@@ -360,7 +359,7 @@ def test_block_structure(learner):
     load_exact(proxy, state, "TransformerBlock(24, 6, 40): attn = MultiHeadAttention(d_model, n_heads), "
                              "ff = FeedForward(d_model, d_ff), norm1 and norm2 = LayerNorm(d_model); it")
     x = randn(2, 7, 24, seed=29)
-    block_close(learner, proxy(x), oracle_block(state, 6, x), "TransformerBlock(24, 6, 40)(x) with the course's weights",
+    block_close(proxy(x), oracle_block(state, 6, x), "TransformerBlock(24, 6, 40)(x) with the course's weights",
                 "Pre-LN: x = x + attn(norm1(x)), then x = x + ff(norm2(x))",
                 baseline=oracle_block(state, 6, x, dtype=torch.float32), mistakes=block_mistakes(state, 6, x))
 
@@ -371,7 +370,7 @@ def test_block_pre_ln(learner):
     """Pre-LN (the default) equals nn.TransformerEncoderLayer(norm_first=True), d_model = 48, 6 heads"""
     proxy, state = block(learner, 48, 6, 80, seed=30)
     x = randn(3, 13, 48, seed=31)
-    block_close(learner, proxy(x), oracle_block(state, 6, x), "TransformerBlock(48, 6, 80)(x)",
+    block_close(proxy(x), oracle_block(state, 6, x), "TransformerBlock(48, 6, 80)(x)",
                 "Pre-LN: x = x + attn(norm1(x)), then x = x + ff(norm2(x))",
                 baseline=oracle_block(state, 6, x, dtype=torch.float32), mistakes=block_mistakes(state, 6, x))
 
@@ -382,7 +381,7 @@ def test_block_post_ln(learner):
     """norm_first=False equals nn.TransformerEncoderLayer(norm_first=False)"""
     proxy, state = block(learner, 36, 4, 50, seed=32, norm_first=False)
     x = randn(2, 9, 36, seed=33)
-    block_close(learner, proxy(x), oracle_block(state, 4, x, norm_first=False),
+    block_close(proxy(x), oracle_block(state, 4, x, norm_first=False),
                 "TransformerBlock(36, 4, 50, norm_first=False)(x)", "Post-LN: x = norm1(x + attn(x)), then x = norm2(x + ff(x))",
                 baseline=oracle_block(state, 4, x, norm_first=False, dtype=torch.float32),
                 mistakes=block_mistakes(state, 4, x, norm_first=False))
@@ -395,7 +394,7 @@ def test_block_mask(learner):
     x = randn(2, 11, 24, seed=34)
     for norm_first in (True, False):
         proxy, state = block(learner, 24, 3, 40, seed=35, norm_first=norm_first)
-        block_close(learner, proxy(x, mask), oracle_block(state, 3, x, mask, norm_first),
+        block_close(proxy(x, mask), oracle_block(state, 3, x, mask, norm_first),
                     f"TransformerBlock(norm_first={norm_first})(x, mask) with a causal mask", "pass mask to self.attn",
                     baseline=oracle_block(state, 3, x, mask, norm_first, dtype=torch.float32),
                     mistakes={"the mask is not passed to the attention: self.attn(..., mask=mask)":
@@ -408,7 +407,7 @@ def test_block_single_position(learner):
     """seq_len = 1 works"""
     proxy, state = block(learner, 16, 2, 24, seed=36)
     x = randn(4, 1, 16, seed=37)
-    block_close(learner, proxy(x), oracle_block(state, 2, x), "TransformerBlock(16, 2, 24)(x) for one position", "",
+    block_close(proxy(x), oracle_block(state, 2, x), "TransformerBlock(16, 2, 24)(x) for one position", "",
                 baseline=oracle_block(state, 2, x, dtype=torch.float32), mistakes=None)
 
 
@@ -423,7 +422,26 @@ def test_block_leaves_input(learner):
 
 
 @BLOCK
-def test_block_speed(learner, reference_worker):
+@pytest.mark.together
+def test_block_with_your_parts(learner, course):
+    """with your own MultiHeadAttention, FeedForward and LayerNorm, it still equals nn.TransformerEncoderLayer"""
+    mask = torch.ones(9, 9, dtype=torch.bool).tril()
+    x = randn(2, 9, 24, seed=40)
+
+    def run_check():                 # built here: the block's parts are those bound when it is made
+        proxy, state = block(learner, 24, 3, 40, seed=41)
+        block_close(proxy(x, mask), oracle_block(state, 3, x, mask), "TransformerBlock(24, 3, 40)(x, mask)", "",
+                    baseline=oracle_block(state, 3, x, mask, dtype=torch.float32), mistakes=None)
+
+    broken = broken_parts(learner)
+    fix = (f"your {' and '.join(broken)} give{'s' if len(broken) == 1 else ''} wrong results on "
+           f"{'its' if len(broken) == 1 else 'their'} own (see {'its' if len(broken) == 1 else 'their'} tests): "
+           f"fix {'it' if len(broken) == 1 else 'them'} first") if broken else "fix the parts it uses first"
+    together(learner, course(A), course_parts(BLOCK_CELL, learner), run_check, "TransformerBlock", fix)
+
+
+@BLOCK
+def test_block_speed(learner, timed_reference):
     """runs about as fast as the reference solution"""
-    mine, ref = module_targets(learner, reference_worker(A), "TransformerBlock", 64, 4, 128)
+    mine, ref = module_targets(learner, timed_reference, "TransformerBlock", 64, 4, 128)
     fast_enough(mine, ref, [{"kind": "randn", "shape": [2, 64, 64]}], "TransformerBlock", calls=20)

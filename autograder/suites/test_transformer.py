@@ -15,8 +15,11 @@ from hypothesis import strategies as st
 
 from autograder.learner import LearnerError
 
-from .checks import Diagnosis, check, close, fast_enough, leaves_inputs, seeded, tensor
-from .test_attention import load_exact
+from .checks import Diagnosis, check, close, fast_enough, leaves_inputs, randn, seeded, tensor, together
+from .test_attention import load_exact, load_state, oracle_attention, oracle_mha, plain_attention, plain_mha, random_mask
+from .test_attention import random_mha_state
+from .test_residual import (norm_baseline, oracle_block, plain_ff, random_block_state, random_ff_state,
+                            random_norm_state, torch_norm)
 
 A = "transformer"
 
@@ -34,6 +37,66 @@ TRAIN_TIMEOUT = 120.0
 # A small model for the other checks (vocab_size, d_model and max_len all differ: weights map by shape).
 SMALL = dict(vocab_size=23, d_model=24, n_heads=3, d_ff=40, n_layers=2, max_len=32)
 _MODELS: dict = {}
+
+
+# -- the parts pasted from the earlier exercises --------------------------------------------------------
+PASTED = ("sinusoidal_encoding", "causal_mask", "scaled_dot_product_attention", "MultiHeadAttention", "LayerNorm",
+          "FeedForward", "TransformerBlock")
+_WRONG: dict = {}
+
+
+def _check_pasted(learner, name, course):
+    """Raise when the learner's pasted `name` is missing or wrong (compared with the course's, trusted-side)."""
+    x = randn(2, 6, 12, seed=800)
+    if name == "sinusoidal_encoding":
+        close(learner.fn(name)(11, 24), course.sinusoidal_encoding(11, 24), name, dtype=torch.float32, rtol=1e-5)
+    elif name == "causal_mask":
+        check(torch.equal(learner.fn(name)(7).bool(), course.causal_mask(7)), name)
+    elif name == "scaled_dot_product_attention":
+        q, k, v = randn(2, 5, 8, seed=801), randn(2, 7, 8, seed=802), randn(2, 7, 8, seed=803)
+        mask = random_mask(5, 7, seed=804)
+        close(learner.fn(name)(q, k, v, mask)[0], oracle_attention(q, k, v, mask), name,
+              baseline=plain_attention(q, k, v, mask)[0], dtype=torch.float32)
+    else:
+        made = {"MultiHeadAttention": ((12, 3), random_mha_state(12, seed=805), lambda st: oracle_mha(st, 3, x),
+                                       lambda st: plain_mha(st, 3, x)),
+                "LayerNorm": ((12,), random_norm_state(12, seed=806), lambda st: torch_norm(st, x),
+                              lambda st: norm_baseline(st, x)),
+                "FeedForward": ((12, 20), random_ff_state(12, 20, seed=807), lambda st: plain_ff(st, x.double()),
+                                lambda st: plain_ff(st, x)),
+                "TransformerBlock": ((12, 3, 20), random_block_state(12, 20, seed=808),
+                                     lambda st: oracle_block(st, 3, x), lambda st: oracle_block(st, 3, x, dtype=torch.float32))}
+        args, state, want, plain = made[name]
+        proxy = learner.new(name, *args)
+        load_state(proxy, state, name)
+        close(proxy(x), want(state), name, baseline=plain(state), dtype=torch.float32)
+
+
+def wrong_parts(learner, course) -> list[str]:
+    """The pasted parts that are missing or give wrong results on their own."""
+    if id(learner) not in _WRONG:
+        wrong = []
+        for name in PASTED:
+            try:
+                _check_pasted(learner, name, course)
+            except (Diagnosis, LearnerError):
+                wrong.append(name)
+        _WRONG[id(learner)] = wrong
+    return _WRONG[id(learner)]
+
+
+_COURSE: list = []
+
+
+def course_parts(cell, learner):
+    """TinyTransformer is graded with the course's versions of the pasted parts that are missing or wrong (and once
+    with the learner's own)."""
+    from autograder.notebooks import reference_namespace
+    from types import SimpleNamespace
+
+    if not _COURSE:
+        _COURSE.append(SimpleNamespace(**reference_namespace(A)))
+    return wrong_parts(learner, _COURSE[0]) if cell == "TinyTransformer_tests" else []
 
 
 def task_offset() -> int:
@@ -135,8 +198,25 @@ def load_course_weights(model, ref_model, norm_first: bool = True):
     state, ref_state = course_weights(model.state_dict(), ref_model.state_dict(), SMALL["vocab_size"],
                                       SMALL["d_model"], SMALL["n_layers"])
     load_exact(model, state, "TinyTransformer")
+    shared_blocks(model.state_dict(), state)
     ref_model.load_state_dict(ref_state)
     return ref_model
+
+
+def shared_blocks(back: dict, loaded: dict):
+    """Layers given different weights that read back the same hold one block: say so."""
+    firsts = {}
+    for key in loaded:
+        m = BLOCK_PARAM.match(key)
+        if m:
+            firsts.setdefault(m["rest"], []).append(key)
+    same = [keys for keys in firsts.values()
+            if len(keys) > 1 and all(isinstance(back.get(k), torch.Tensor) and torch.equal(back[k], back[keys[0]])
+                                     for k in keys)]
+    check(not same or len(same) < len(firsts),
+          "one TransformerBlock is shared by all layers: the layers were given different weights and all hold the "
+          "same ones; build n_layers separate TransformerBlocks (nn.ModuleList(TransformerBlock(...) for _ in "
+          "range(n_layers)))")
 
 
 # -- the tests ------------------------------------------------------------------------------------------
@@ -166,6 +246,26 @@ def test_tiny_structure(learner, reference):
         close(logits_of(model, x, "the output"), want, f"the logits with the course model's weights (norm_first="
               f"{norm_first})", "embed the tokens, add the sinusoidal encoding of the positions, apply the blocks in "
               "order with the causal mask, then the final LayerNorm and the head", baseline=plain, dtype=torch.float32)
+
+
+@TINY
+@pytest.mark.together
+def test_tiny_with_your_parts(learner, reference, course):
+    """with the parts you pasted from the earlier exercises, it computes the course model's logits"""
+    x = tokens(2, 13, seed=905)
+
+    def run_check():                 # built here: the model's parts are those bound when it is made
+        model = new_model(learner, *SMALL.values())
+        ref = load_course_weights(model, reference(A).TinyTransformer(*SMALL.values()).eval())
+        with torch.no_grad():
+            want, plain = ref.double()(x), ref.float()(x)
+        close(logits_of(model, x, "the output"), want, "the logits with the course model's weights", baseline=plain,
+              dtype=torch.float32)
+
+    wrong = course_parts("TinyTransformer_tests", learner)
+    together(learner, course(A), wrong or ["TransformerBlock"], run_check, "TinyTransformer",
+             f"your pasted {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} missing or wrong (the other tests "
+             "used the course's): paste your corrected answers from the earlier exercises")
 
 
 @TINY
@@ -241,11 +341,11 @@ def test_tiny_trains(learner):
 
 
 @TINY
-def test_tiny_speed(learner, reference_worker):
+def test_tiny_speed(learner, timed_reference):
     """the forward pass runs about as fast as the reference solution"""
     from autograder.timing import Target
 
-    worker = reference_worker(A)
+    worker = timed_reference
     sizes = dict(vocab_size=16, d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=64)
     ref, mine = worker.new("TinyTransformer", *sizes.values()), new_model(learner, *sizes.values())
     state, ref_state = course_weights(mine.state_dict(), ref.state_dict(), 16, 64, 2)

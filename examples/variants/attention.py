@@ -171,8 +171,9 @@ VARIANTS = [
     return weights @ v, weights
 '''}, {"scaled_dot_product_attention_tests": "exp(1e4) overflows"}, "exp of the raw scores"),
     Bug("sdpa_mask_inverted", {"scaled_dot_product_attention": SDPA_SOFTMAX.replace("mask.logical_not()", "mask")},
-        {"scaled_dot_product_attention_tests": "mask is inverted", "MultiHeadAttention_tests": "mask is inverted"},
-        "True taken as blocked; the learner's MultiHeadAttention inherits the mistake"),
+        {"scaled_dot_product_attention_tests": "mask is inverted"},
+        "True taken as blocked; a right MultiHeadAttention using it loses only its test with the learner's own parts",
+        together={"MultiHeadAttention_tests": "fix part 1 (scaled_dot_product_attention) first"}),
     Bug("causal_no_diagonal", {"causal_mask": "def causal_mask(seq_len, device=None):\n"
                                               "    return torch.ones(seq_len, seq_len, device=device).tril(-1).bool()\n"},
         {"causal_mask_tests": "the diagonal must be True"}),
@@ -201,8 +202,8 @@ VARIANTS = [
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
 '''}, {"blockwise_attention_tests": "library version"}, "calls F.scaled_dot_product_attention"),
     Bug("sdpa_query_loop", {"scaled_dot_product_attention": SDPA_QUERY_LOOP},
-        {"scaled_dot_product_attention_tests": "vectorise it", "MultiHeadAttention_tests": "vectorise it"},
-        "correct, but a Python loop over query positions; the learner's MultiHeadAttention inherits the slowness"),
+        {"scaled_dot_product_attention_tests": "vectorise it"},
+        "correct, but a Python loop over query positions; MultiHeadAttention is timed with the course's attention"),
     Bug("blockwise_full_matrix", {"blockwise_attention": '''def blockwise_attention(q, k, v, causal=False, block_size=64):
     s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])               # (..., Lq, Lk): the whole matrix
     if causal:

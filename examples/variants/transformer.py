@@ -1,5 +1,29 @@
 """Known answers to the transformer exercise (see autograder/variants.py)."""
-from autograder.variants import Bug, Correct
+from autograder.variants import Bug, Correct, load, reference_sources
+
+# Mistakes in the parts pasted from the earlier exercises: the TinyTransformer tests use the course's versions of
+# those parts, so a right TinyTransformer loses only the test that uses the learner's own parts.
+_RESIDUAL = {v.name: v.cells for v in load("residual")}
+_SDPA_UNSCALED = '''
+def scaled_dot_product_attention(q, k, v, mask=None):  # pasted, but the scores are not scaled
+    s = q @ k.transpose(-2, -1)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return w @ v, w
+'''
+PASTED_BUGS = [
+    Bug("pasted_layernorm_unbiased", {"LayerNorm": _RESIDUAL["ln_unbiased_variance"]["LayerNorm"]}, {},
+        "a right model, with a pasted LayerNorm whose variance is unbiased",
+        together={"TinyTransformer_tests": "your pasted LayerNorm"}),
+    Bug("pasted_attention_unscaled",
+        {"MultiHeadAttention": reference_sources("transformer")["MultiHeadAttention"] + _SDPA_UNSCALED}, {},
+        "a right model, with a pasted scaled_dot_product_attention that does not scale the scores",
+        together={"TinyTransformer_tests": "your pasted scaled_dot_product_attention"}),
+    Bug("pasted_block_missing", {"TransformerBlock": "# the TransformerBlock from the residual exercise goes here\n"},
+        {}, "a right model, with no TransformerBlock pasted",
+        together={"TinyTransformer_tests": "TransformerBlock is missing or wrong"}),
+]
 
 TINY_NANOGPT = '''class TinyTransformer(nn.Module):
     def __init__(self, vocab_size, d_model, n_heads, d_ff, n_layers, max_len, norm_first=True):
@@ -66,7 +90,8 @@ VARIANTS = [
         "                                    for _ in range(n_layers))",
         "block = TransformerBlock(d_model, n_heads, d_ff, norm_first=norm_first)\n"
         "        self.blocks = nn.ModuleList([block] * n_layers)")},
-        {"TinyTransformer_tests": "holds 1 TransformerBlock"}, "one block object repeated: every layer has the same weights"),
+        {"TinyTransformer_tests": "one TransformerBlock is shared by all layers"},
+        "one block object repeated: every layer has the same weights"),
     Bug("mask_first_block_only", {"TinyTransformer": TINY_NANOGPT.replace(
         "for block in self.blocks:\n            x = block(x, mask=mask)",
         "for i, block in enumerate(self.blocks):\n            x = block(x, mask=mask if i == 0 else None)")},
@@ -89,4 +114,5 @@ VARIANTS = [
             x = block(x, src_mask=blocked)
         return self.head(self.norm(x))
 '''}, {"TinyTransformer_tests": "library version"}, "torch.nn.TransformerEncoderLayer as the blocks"),
+    *PASTED_BUGS,
 ]

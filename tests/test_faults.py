@@ -1,0 +1,237 @@
+"""A grader fault is never a learner's zero, and one learner's grading is held to one budget.
+
+Each fault is injected through a setting an instructor can set (autograder.config) and made real:
+a hidden-suite folder whose suite does not compile or hangs (`suites_dir`), a worker that cannot
+start with the configured threads (`threads = 0`), a sandbox that cannot start under its process limit
+(`processes = 1`).  Through the real `nbgrader autograde`, each must fail that learner's grading the
+way nbgrader fails: the command exits non-zero, no score is recorded, the autograded notebook is
+removed, no feedback is written, and the log names the fault with the sandbox's or the worker's stderr;
+`autograder.classgrade` lists it as a grader error, apart from a submission with nothing to grade.
+A learner whose every call hangs is stopped at the budget and graded (the learner's doing), and a
+worker that sends a frame of 1 GiB is refused without reading it.
+"""
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+from autograder import classgrade, config, grade, hidden, variants
+from conftest import ASSIGNMENTS, ROOT
+
+pytestmark = pytest.mark.xdist_group("faults")
+ASG = "positional_encoding"
+CELLS = ("sinusoidal_encoding_tests", "rope_tests", "alibi_bias_tests")
+
+BROKEN_SUITE = "from autograder.suites.checks import Diagnosis\nthis line is not Python\n"
+HANGING_SUITE = '''import time
+import pytest
+
+
+@pytest.mark.cell("sinusoidal_encoding_tests")
+def test_waits_forever():
+    time.sleep(3600)
+'''
+
+
+def _suites(tmp_path, name, text):
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / f"test_{ASG}.py").write_text(text)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory):
+    """One learner per fault, each submitting the reference solution, each graded on its own."""
+    d = tmp_path_factory.mktemp("faults")
+    suites = tmp_path_factory.mktemp("suites")
+    injected = {
+        "suite_broken": ({"GRADER_SUITES_DIR": _suites(suites, "broken", BROKEN_SUITE)},
+                         "the hidden suite could not be collected", "this line is not Python"),
+        "suite_hangs": ({"GRADER_SUITES_DIR": _suites(suites, "hangs", HANGING_SUITE), "GRADER_LEARNER_BUDGET": "60",
+                         "GRADER_GRACE": "5"},
+                        "the hidden suite did not finish in time", None),
+        "worker_fails": ({"GRADER_THREADS": "0"}, "the grader's worker failed before running any of your code",
+                         "set_num_threads expects a positive integer"),
+        "no_sandbox": ({"GRADER_PROCESSES": "1"}, "the notebook's kernel did not start in the sandbox",
+                       "bwrap: Creating new namespace failed"),
+    }
+    grade.prepare(d, [ASG])
+    runs = {}
+    for learner, (env, _, _) in injected.items():
+        grade.submit(d, learner, ASG, variants.submission(ASG))
+        r = grade.autograde(d, ASG, learner=learner, capture_output=True, text=True, env_extra=env)
+        runs[learner] = r
+    f = grade.feedback(d, ASG, capture_output=True, text=True)
+    return d, injected, runs, f
+
+
+@pytest.mark.parametrize("learner", ["suite_broken", "suite_hangs", "worker_fails", "no_sandbox"])
+def test_a_grader_fault_fails_the_grading_visibly(faults, learner):
+    d, injected, runs, _ = faults
+    r = runs[learner]
+    _, fault, stderr = injected[learner]
+    log = r.stdout + r.stderr
+    assert r.returncode != 0, log[-3000:]
+    assert "GraderFault" in log and fault in log, log[-5000:]
+    if stderr:                       # the failing sandbox's or worker's own words, in the grading log
+        assert stderr in log, log[-5000:]
+    assert not (d / "autograded" / learner / ASG / f"{ASG}.ipynb").exists(), "nbgrader kept the failed notebook"
+    rows = [row for row in grade.scores(d, [ASG]) if row.learner == learner]
+    assert all(row.score is None for row in rows), [(row.cell, row.score) for row in rows]
+
+
+def test_no_feedback_for_a_grading_that_failed(faults):
+    d, injected, _, f = faults
+    for learner in injected:
+        assert not (d / "feedback" / learner).exists(), learner
+
+
+def test_classgrade_lists_grader_errors_apart(faults):
+    """Through Dask: a broken suite is a grader error with its log; a folder without the notebook is not."""
+    d, injected, _, _ = faults
+    grade.submit(d, "lost", ASG, None)
+    env, fault, _ = injected["suite_broken"]
+    out = io.StringIO()
+    result = classgrade.grade_class(ASG, d, workers=1, learners=["suite_broken", "lost"], env=env, out=out,
+                                    progress=False, feedback=False)
+    text = out.getvalue()
+    by = {o.learner: o for o in result.failed}
+    assert set(by) == {"suite_broken", "lost"} and not result.graded, text
+    assert by["suite_broken"].kind == grade.GRADER_ERROR and fault in by["suite_broken"].reason, text
+    assert by["lost"].kind == grade.NOT_GRADED and "No notebooks were matched" in by["lost"].reason, text
+    errors, others = text.split("grader errors, not the learners' doing")[1].split("not graded, nothing to grade")
+    assert "suite_broken: exit code 1: GraderFault:" in errors and f"log: {by['suite_broken'].log}" in errors, text
+    assert "lost: exit code 1: No notebooks were matched" in others, text
+    rows = {r["learner"]: r for r in csv.DictReader(open(d / "report" / ASG / "scores.csv"))}
+    assert rows["suite_broken"]["status"].startswith("grader error: exit code 1: GraderFault:"), rows
+    assert rows["suite_broken"]["total"] == "" and rows["lost"]["status"].startswith("not graded: ")
+
+
+# -- one budget per learner ---------------------------------------------------------------------------
+HANGS = {name: f"def {name}(*args, **kwargs):\n    while True:\n        pass\n"
+         for name in ("sinusoidal_encoding", "rope", "alibi_bias")}
+
+
+def test_a_learner_whose_every_call_hangs_is_stopped_at_the_budget(tmp_path):
+    """Each function loops forever: the notebook's run and the suite share one budget; past it the learner is
+    graded with zeros and told why (the learner's doing, not a grader fault)."""
+    budget, grace = 60, 20
+    d = tmp_path / "grading"
+    grade.prepare(d, [ASG])
+    grade.submit(d, "spinner", ASG, variants.submission(ASG, HANGS))
+    env = {"GRADER_LEARNER_BUDGET": str(budget), "GRADER_GRACE": str(grace), "GRADER_CELL_TIMEOUT": "10",
+           "GRADER_CALL_TIMEOUT": "10"}
+    t0 = time.monotonic()
+    r = grade.autograde(d, ASG, capture_output=True, text=True, env_extra=env)
+    wall = time.monotonic() - t0
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert "GraderFault" not in r.stdout + r.stderr
+    assert wall < budget + grace + 60, f"autograde took {wall:.0f} s for a budget of {budget} s"
+    rows = {row.cell: row for row in grade.scores(d, [ASG])}
+    assert {c: rows[c].score for c in CELLS} == {c: 0.0 for c in CELLS}
+    comments = " ".join(rows[c].comment or "" for c in CELLS)
+    assert "the time for grading your notebook ran out" in comments, comments
+
+
+# -- a frame of 1 GiB -----------------------------------------------------------------------------------
+GIANT_FRAME = '''
+def sinusoidal_encoding(seq_len, d_model, base=10000.0):
+    """In the grader's worker: write, on the grader's channel, a frame that declares 1 GiB of payload, and send it."""
+    import fcntl, os, struct, sys
+    if not sys.argv[0].endswith("worker.py"):
+        return torch.zeros(seq_len, d_model)
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            pipe = os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:")
+            out = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY
+        except OSError:
+            continue
+        if pipe and out and fd != 2:
+            os.write(fd, struct.pack("<I", 2) + b"{}" + struct.pack("<Q", 1 << 30))
+            chunk = bytes(1 << 20)
+            for _ in range(1024):
+                os.write(fd, chunk)
+    return torch.zeros(seq_len, d_model)
+'''
+
+
+def _suite_peak(grade_fn) -> tuple[object, int]:
+    """(what grade_fn returns, the peak resident memory of the trusted suite process while it ran)."""
+    peak, stop = [0], threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            for p in psutil.Process().children(recursive=True):
+                try:
+                    if "autograder.hidden" in p.cmdline():
+                        with open(f"/proc/{p.pid}/status") as f:
+                            hwm = next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM"))
+                        peak[0] = max(peak[0], hwm)
+                except (psutil.Error, OSError, StopIteration):
+                    pass
+            time.sleep(0.05)
+
+    t = threading.Thread(target=poll, daemon=True)
+    t.start()
+    try:
+        return grade_fn(), peak[0]
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_a_giant_frame_is_refused_unread():
+    honest, honest_peak = _suite_peak(lambda: hidden.grade(variants.submission(ASG), ASG))
+    giant, giant_peak = _suite_peak(lambda: hidden.grade(variants.submission(ASG, {"sinusoidal_encoding": GIANT_FRAME}),
+                                                         ASG))
+    assert honest.fault is None and giant.fault is None, giant.fault
+    assert honest_peak > 0 and giant_peak < honest_peak + (64 << 20), (honest_peak >> 20, giant_peak >> 20)
+    v = giant.verdicts["sinusoidal_encoding_tests"]
+    assert v.score == 0 and any("is too large" in d and str(1 << 30) in d for d in v.failed), v.failed
+    assert giant.verdicts["rope_tests"].score == 4.0 and giant.verdicts["alibi_bias_tests"].score == 3.0
+
+
+MEASURE_FRAMES = '''
+import json, os, sys, tempfile, time
+from autograder import config, hidden, notebooks, protocol, variants
+asg = sys.argv[1]
+sizes = []
+decode = protocol.decode
+def counted(header, payload):
+    sizes.append(12 + len(header) + len(payload))
+    return decode(header, payload)
+protocol.decode = counted
+tmp = tempfile.mkdtemp()
+with open(os.path.join(tmp, "cells.json"), "w") as f:
+    json.dump(notebooks.learner_cells(variants.submission(asg)), f)
+s = config.current()
+os.environ.update({**s.to_env(), "GRADER_CELLS": os.path.join(tmp, "cells.json"),
+                   "GRADER_DEADLINE": repr(time.time() + s.learner_budget)})
+hidden._suite_main(asg, os.path.join(tmp, "out.json"))
+with open(os.path.join(tmp, "out.json")) as f:
+    records = json.load(f)["records"]
+print(json.dumps({"largest": max(sizes), "frames": len(sizes), "failed": [r["test"] for r in records if not r["passed"]]}))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("asg", ASSIGNMENTS)
+def test_the_frame_cap_holds_every_legitimate_answer_with_a_margin(asg):
+    """The hidden suite graded on the reference solution, every frame the trusted side reads counted: the largest
+    stays under half of `max_frame_bytes`."""
+    r = subprocess.run([sys.executable, "-c", MEASURE_FRAMES, asg], cwd=ROOT, capture_output=True, text=True,
+                       timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["failed"] == [] and got["frames"] > 0, got
+    cap = config.Settings().max_frame_bytes
+    assert 2 * got["largest"] <= cap, f"{asg}: a legitimate frame of {got['largest']} bytes, the cap is {cap}"
+    print(f"{asg}: {got['frames']} frames, the largest {got['largest']} bytes")

@@ -1,0 +1,296 @@
+"""Learner output is data: the feedback and the autograded notebook run no script of a learner's, and what a
+learner's notebook outputs is capped on both sides of the sandbox.
+
+A learner whose cells display a script as HTML, as JavaScript, inside an SVG, in an `<img onerror>`, in a
+markdown cell and in an exception message is graded with the real `nbgrader autograde` and
+`generate_feedback`; the feedback is opened in Debian's Chromium (Playwright, as in test_site.py),
+from the file and over HTTP, and nothing of the learner's may run while the course's math renders.
+The Content-Security-Policy is tested on its own too, on a feedback page where a sanitizer had missed
+everything.  A learner whose kernel floods the notebook client with 20,000 outputs and writes 300,000
+more straight into the grader's pipe before killing the client is graded beside a normal learner:
+the trusted processes' memory and the feedback stay those of a normal learner.
+"""
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import nbformat
+import psutil
+import pytest
+
+from autograder import grade, variants
+from test_site import CHROMIUM, CHROMIUM_ARGS
+
+pytestmark = pytest.mark.xdist_group("feedback")
+ASG = "positional_encoding"
+MIB = 1 << 20
+
+SCRIPTS = r'''from IPython.display import HTML, SVG, Javascript, display
+display(HTML("<script>document.title = 'PWNED'; window.pwned = 'html'; console.log('PWNED html')</script>"))
+display(Javascript("document.title = 'PWNED'; window.pwned = 'javascript'; console.log('PWNED javascript')"))
+display(SVG('<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8"><script>window.pwned = "svg"; '
+            'console.log("PWNED svg")</script><rect width="8" height="8"/></svg>'))
+display(HTML('<img src="data:," onerror="window.pwned = \'img\'; console.log(\'PWNED img\')">'
+             '<img src="http://leak.invalid/pixel.png"><a href="javascript:window.pwned=\'a\'">a link</a>'))
+'''
+MARKDOWN = '''A note of mine.
+<script>window.pwned = "markdown"; console.log("PWNED markdown")</script>
+<img src="data:," onerror="window.pwned = 'markdown img'">
+
+[a markdown link](javascript:window.pwned='markdown link')
+'''
+LOUD_ROPE = '''def rope(x, base=10000.0):
+    raise ValueError('<img src="data:," onerror="window.pwned = \\'comment\\'"> [click](javascript:window.pwned=1)')
+'''
+# The flood: in the notebook's kernel only (the grader's worker has no client to attack).
+FLOOD = r'''
+try:
+    get_ipython
+except NameError:
+    pass
+else:
+    import json as _json, os as _os, signal as _signal
+    from IPython.display import display as _display
+    for _ in range(20_000):                                   # through the notebook client
+        _display({"text/plain": "x"}, raw=True)
+    _client = _os.getppid()
+    _err = _os.readlink(f"/proc/{_client}/fd/2")
+    _one = _json.dumps({"output_type": "display_data", "data": {"text/plain": "x"}, "metadata": {}})
+    for _fd in _os.listdir(f"/proc/{_client}/fd"):
+        _link = _os.readlink(f"/proc/{_client}/fd/{_fd}")
+        if _link.startswith("pipe:") and _link != _err:     # the client's private stdout to the grader
+            try:
+                with open(f"/proc/{_client}/fd/{_fd}", "w") as _pipe:
+                    for _index in range(12):                    # 300,000 outputs, straight to the grader
+                        _pipe.write('{"index": %d, "outputs": [%s]}\n' % (_index, ",".join([_one] * 25_000)))
+            except OSError:
+                pass
+    _os.kill(_client, _signal.SIGKILL)
+    _os._exit(0)
+'''
+
+
+def _mallory():
+    nb = variants.submission(ASG, {"rope": LOUD_ROPE})
+    first = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution"))
+    nb.cells.insert(first + 1, nbformat.v4.new_code_cell(SCRIPTS))
+    nb.cells.insert(first + 2, nbformat.v4.new_markdown_cell(MARKDOWN))
+    return nb
+
+
+def peak_memory(run, markers: tuple[str, ...]) -> tuple[object, float, dict[str, int]]:
+    """(what run() returns, its wall time, the peak resident memory of the processes under this one whose command
+    line holds each marker), polled from outside (VmHWM) while it runs."""
+    peak: dict[str, int] = {}
+    stop = threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            for p in psutil.Process().children(recursive=True):
+                try:
+                    cmd = " ".join(p.cmdline())
+                    with open(f"/proc/{p.pid}/status") as f:
+                        hwm = next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM"))
+                except (psutil.Error, OSError, StopIteration):
+                    continue
+                for m in markers:
+                    if m in cmd:
+                        peak[m] = max(peak.get(m, 0), hwm)
+            time.sleep(0.05)
+
+    t = threading.Thread(target=poll, daemon=True)
+    t.start()
+    t0 = time.monotonic()
+    try:
+        result = run()
+    finally:
+        wall = time.monotonic() - t0
+        stop.set()
+        t.join()
+    return result, wall, peak
+
+
+TRUSTED = ("nbgrader autograde", "autograder.hidden")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Each learner autograded on its own (timed, the trusted processes' memory polled), then the class's feedback."""
+    d = tmp_path_factory.mktemp("feedback")
+    grade.prepare(d, [ASG])
+    ref = variants.reference_sources(ASG)
+    learners = {"normal": variants.submission(ASG), "mallory": _mallory(),
+                "flood": variants.submission(ASG, {"sinusoidal_encoding": ref["sinusoidal_encoding"] + FLOOD})}
+    runs = {}
+    for learner, nb in learners.items():
+        grade.submit(d, learner, ASG, nb)
+        runs[learner] = peak_memory(lambda: grade.autograde(d, ASG, learner=learner, capture_output=True, text=True),
+                                    TRUSTED)
+    f = grade.feedback(d, ASG, capture_output=True, text=True)
+    scores = {}
+    for row in grade.scores(d, [ASG]):
+        scores.setdefault(row.learner, {})[row.cell] = row
+    return d, runs, f, scores
+
+
+def _page(d, learner, name=ASG):
+    return d / "feedback" / learner / ASG / f"{name}.html"
+
+
+def test_everyone_is_graded(graded):
+    _, runs, f, scores = graded
+    for learner, (r, _, _) in runs.items():
+        assert r.returncode == 0, (learner, (r.stdout + r.stderr)[-3000:])
+    assert f.returncode == 0, f.stderr[-3000:]
+    assert {c: s.score for c, s in scores["normal"].items()} == {"sinusoidal_encoding_tests": 4.0, "rope_tests": 4.0,
+                                                                  "alibi_bias_tests": 3.0}
+    assert scores["mallory"]["rope_tests"].score == 0 and scores["mallory"]["sinusoidal_encoding_tests"].score == 4
+    assert {c: s.score for c, s in scores["flood"].items()} == {c: s.score for c, s in scores["normal"].items()}
+
+
+# -- the browser --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's (apt-get install chromium)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture(scope="module")
+def served(graded):
+    """The feedback folder over HTTP on 127.0.0.1, as a Jupyter server would serve it."""
+    import functools
+    import http.server
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(graded[0] / "feedback"))
+    handler.log_message = lambda *a: None
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_port}"
+    srv.shutdown()
+    srv.server_close()
+
+
+OPENED = """async () => {
+    if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+    for (const a of document.querySelectorAll('a[href^="javascript:"]')) a.click();
+    await new Promise(r => setTimeout(r, 500));
+    return {
+        title: document.title,
+        pwned: window.pwned === undefined ? null : String(window.pwned),
+        math: document.querySelectorAll("mjx-container").length,
+        inline_scripts: document.querySelectorAll("script:not([src])").length,
+        scripts: [...document.querySelectorAll("script[src]")].map(s => s.src),
+        handlers: document.querySelectorAll("[onerror],[onload],[onclick],[onmouseover]").length,
+        violations: window.__violations || [],
+        text: document.body.innerText,
+    };
+}"""
+
+
+def _open(browser, url):
+    """Open a page, record what it logs, asks for and blocks; return what it holds once MathJax is done."""
+    ctx = browser.new_context(service_workers="block")
+    asked, logged, dialogs = [], [], []
+    ctx.route("**/*", lambda route: (asked.append(route.request.url),
+                                     route.continue_() if route.request.url.startswith(("file:", "http://127.0.0.1"))
+                                     else route.abort()))
+    ctx.add_init_script("document.addEventListener('securitypolicyviolation', "
+                        "e => (window.__violations = window.__violations || []).push(e.violatedDirective))")
+    page = ctx.new_page()
+    page.on("console", lambda m: logged.append(m.text))
+    page.on("dialog", lambda dlg: (dialogs.append(dlg.message), dlg.dismiss()))
+    try:
+        page.goto(url, wait_until="load")
+        seen = page.evaluate(OPENED)
+    finally:
+        ctx.close()
+    return dict(seen, asked=asked, logged=logged, dialogs=dialogs)
+
+
+def _nothing_ran(seen):
+    assert seen["title"] == ASG, seen["title"]
+    assert seen["pwned"] is None, seen["pwned"]
+    assert not [m for m in seen["logged"] if "PWNED" in m] and not seen["dialogs"], seen["logged"]
+    assert not [u for u in seen["asked"] if "leak.invalid" in u], seen["asked"]
+    assert seen["math"] > 0, "the course's math did not render"
+
+
+@pytest.mark.parametrize("how", ["file", "http"])
+def test_no_learner_script_runs_in_the_feedback(graded, browser, served, how):
+    d = graded[0]
+    url = _page(d, "mallory").as_uri() if how == "file" else f"{served}/mallory/{ASG}/{ASG}.html"
+    seen = _open(browser, url)
+    _nothing_ran(seen)
+    assert seen["inline_scripts"] == 0 and seen["handlers"] == 0, seen
+    assert seen["scripts"] and all("/mathjax/" in s for s in seen["scripts"]), seen["scripts"]
+    assert seen["violations"] == [], "the sanitized page itself breaks its policy"
+    # The exception message reaches the learner as the text it was, in the gradebook comment.
+    assert 'raised ValueError: <img src="data:," onerror=' in seen["text"], seen["text"][-2000:]
+
+
+INJECTED = """<script>window.pwned = 'inline'; console.log('PWNED inline')</script>
+<img src="data:," onerror="window.pwned = 'handler'">
+<a href="javascript:window.pwned = 'link'">a link</a>
+<svg><script>window.pwned = 'svg'</script></svg>
+<iframe srcdoc="<script>parent.pwned = 'frame'</script>"></iframe>
+<img src="http://leak.invalid/pixel.png">
+<script src="http://leak.invalid/x.js"></script>
+"""
+
+
+def test_the_policy_holds_for_what_a_sanitizer_would_miss(graded, browser):
+    """The normal learner's feedback with scripts written into its body after sanitizing: the page's
+    Content-Security-Policy alone stops every one, and MathJax still typesets the course's math."""
+    d = graded[0]
+    html = _page(d, "normal").read_text()
+    assert html.count("</body>") == 1
+    page = _page(d, "normal", "injected")
+    page.write_text(html.replace("</body>", INJECTED + "</body>"))
+    seen = _open(browser, page.as_uri())
+    _nothing_ran(seen)
+    assert {"script-src-elem", "script-src-attr"} <= set(seen["violations"]), seen["violations"]
+
+
+def test_the_autograded_notebook_holds_no_script(graded):
+    """What formgrader shows: no active content in any output or in the learner's markdown."""
+    d = graded[0]
+    nb = nbformat.read(str(d / "autograded" / "mallory" / ASG / f"{ASG}.ipynb"), as_version=4)
+    rich, markdown = [], []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            markdown.append(cell.source)
+        for out in cell.get("outputs", []):
+            rich += [f"{k}: {v}" for k, v in out.get("data", {}).items() if k != "text/plain"]
+    assert any("A note of mine" in m for m in markdown), "the learner's markdown cell is not in the notebook"
+    for text in rich + markdown:
+        for active in ("<script", "onerror=", "<svg", "<iframe", "application/javascript", "image/svg+xml"):
+            assert active not in text, (active, text[:300])
+
+
+# -- output caps ----------------------------------------------------------------------------------------
+def test_an_output_flood_costs_the_grader_nothing(graded):
+    """The flooding learner's grading: the trusted processes' memory within 64 MiB of a normal learner's, and its
+    autograded notebook and feedback of a normal size."""
+    d, runs, _, _ = graded
+    (_, normal_s, normal), (_, flood_s, flood) = runs["normal"][:3], runs["flood"][:3]
+    print(f"\nautograde: normal {normal_s:.1f} s, {', '.join(f'{k} {v / MIB:.0f} MiB' for k, v in normal.items())}; "
+          f"flood {flood_s:.1f} s, {', '.join(f'{k} {v / MIB:.0f} MiB' for k, v in flood.items())}")
+    for marker in TRUSTED:
+        assert normal.get(marker) and flood.get(marker), (normal, flood)
+        assert flood[marker] < normal[marker] + 64 * MIB, (marker, flood[marker] / MIB, normal[marker] / MIB)
+    sizes = {who: ((d / "autograded" / who / ASG / f"{ASG}.ipynb").stat().st_size, _page(d, who).stat().st_size)
+             for who in ("normal", "flood")}
+    assert all(f < n + MIB for f, n in zip(sizes["flood"], sizes["normal"])), sizes
+    nb = nbformat.read(str(d / "autograded" / "flood" / ASG / f"{ASG}.ipynb"), as_version=4)
+    counts = [len(c.outputs) for c in nb.cells if c.cell_type == "code"]
+    assert max(counts) <= 52, counts
+    notes = json.dumps([c.outputs for c in nb.cells if c.cell_type == "code"])
+    assert "more outputs cut" in notes and "passed 8 MiB" in notes, notes[:2000]
