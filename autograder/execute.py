@@ -30,13 +30,18 @@ def size(out) -> int:
     return len(json.dumps(out, separators=(",", ":"), default=str))
 
 
+def _text(value) -> str:
+    return "".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 def _text_of(out) -> str | None:
+    """The text an output shows (stream, error, text/plain); None for any other output."""
     if out.get("output_type") == "stream":
-        return out.get("text", "")
+        return _text(out.get("text", ""))
     if out.get("output_type") == "error":
-        return "\n".join([f"{out.get('ename', '')}: {out.get('evalue', '')}", *out.get("traceback", [])])
-    data = out.get("data", {})
-    return data.get("text/plain") if isinstance(data.get("text/plain"), str) else None
+        return "\n".join([f"{out.get('ename', '')}: {out.get('evalue', '')}", *map(str, out.get("traceback") or [])])
+    plain = out.get("data", {}).get("text/plain")
+    return None if plain is None else _text(plain)
 
 
 def _note(text: str):

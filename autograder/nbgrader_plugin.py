@@ -137,12 +137,23 @@ class SandboxedExecute(NbGraderPreprocessor):
                 outputs = [nbformat.from_dict(o) for o in raw[:s.max_outputs_per_cell]]
                 probe = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(outputs=outputs)])
                 nbformat.validate(probe)
+                outputs = [_joined(o) for o in outputs]
             except Exception:  # noqa: BLE001 - whatever the sandbox wrote, it is only untrusted data
                 continue
             nb.cells[index].outputs = cap_outputs(outputs, s.max_cell_output_chars, s.max_cell_output_bytes,
                                                   s.max_outputs_per_cell, total=len(raw))
             done.add(index)
         return len(done)
+
+
+def _joined(out):
+    """An output whose texts are strings: nbformat also allows lists of lines, which the sanitizer cannot read."""
+    if isinstance(out.get("text"), list):
+        out["text"] = "".join(out["text"])
+    for key, value in out.get("data", {}).items():
+        if isinstance(value, list) and not key.endswith("json"):
+            out["data"][key] = "".join(value)
+    return out
 
 
 def _json(line: bytes):
