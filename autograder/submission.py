@@ -24,9 +24,11 @@ PROBLEMS = "grader_problems"
 
 
 def _meta(cell) -> dict | None:
-    """A cell's nbgrader metadata; None when it is not a dict (edited by hand)."""
+    """A cell's nbgrader metadata; None when it is not a dict with a string grade_id, if any (edited by hand)."""
     meta = cell.get("metadata", {}).get("nbgrader", {})
-    return meta if isinstance(meta, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("grade_id", ""), str):
+        return None
+    return meta
 
 
 def _key(cell) -> tuple | None:
@@ -59,8 +61,8 @@ def read(raw: bytes, release) -> tuple:
     except Exception as e:  # noqa: BLE001 - any unreadable file: say so, grade it as unanswered
         return _unanswered(release, f"your notebook file could not be read ({type(e).__name__}: {str(e)[:200]}); "
                                     "it was graded as unanswered: did it get damaged when you saved or uploaded it?")
-    shape = _shape(nb)
-    if shape == _shape(release):
+    shape, released = _shape(nb), _shape(release)
+    if shape == released:
         return nb, []
     answers: dict[str, list[str]] = defaultdict(list)
     orphans: list[str] = []                   # solution cells without a grade_id
@@ -69,7 +71,8 @@ def read(raw: bytes, release) -> tuple:
         if meta.get("solution"):
             (answers[meta["grade_id"]] if meta.get("grade_id") else orphans).append(cell.get("source", ""))
     problems = []
-    copied = sorted({k[0] for k, n in shape.items() if n > 1 and k[0]})
+    known = {k[0] for k in released}           # only the course's names are quoted back
+    copied = sorted({k[0] for k, n in shape.items() if n > 1 and k[0] in known})
     if copied:
         joined = [gid for gid in copied if len(answers.get(gid, [])) > 1]
         problems.append(f"your notebook holds the cell {', '.join(copied)} more than once (a copied cell keeps its "
