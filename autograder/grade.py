@@ -95,7 +95,9 @@ def scores(grading_dir: Path | None, assignments: list[str], url: str | None = N
                     comments = {c.name: (c.auto_comment or c.manual_comment) for c in nb.comments}
                     for g in sorted(nb.grades, key=lambda g: g.name):
                         base = g.name.removesuffix("_tests")
-                        rows.append(CellScore(student, asg, g.name, g.score, g.max_score, comments.get(base),
+                        # nbgrader reads a grade never scored (a failed grading) as 0: here it stays None.
+                        score = None if g.auto_score is None and g.manual_score is None else g.score
+                        rows.append(CellScore(student, asg, g.name, score, g.max_score, comments.get(base),
                                               bool(g.needs_manual_grade)))
     return rows
 
