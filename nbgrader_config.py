@@ -12,6 +12,8 @@ c = get_config()  # noqa: F821  (provided by traitlets when nbgrader loads this 
 
 here = os.path.dirname(os.path.abspath(__file__))
 grading = os.path.abspath(os.environ.get("GRADING_DIR", os.path.join(here, "_build", "grading")))
+# Every nbgrader command opens the gradebook first: its folder must exist (after `make clean` too).
+os.makedirs(grading, exist_ok=True)
 
 c.CourseDirectory.root = here
 c.CourseDirectory.course_id = "inside-the-transformer"
