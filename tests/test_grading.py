@@ -1,10 +1,17 @@
-"""A class graded end to end with the real `nbgrader autograde` and `generate_feedback`."""
+"""A class graded end to end with the real `nbgrader autograde` and `generate_feedback`: the example class as
+`make` grades it, notebooks that nbgrader alone cannot grade, and nbgrader's commands on a fresh grading folder."""
+import copy
+import os
 import re
+import subprocess
+import sys
 
+import nbformat
 import pytest
 
 from autograder import grade, variants
 from autograder.grade_examples import example_submission, roster
+from conftest import ROOT
 from test_release import leaks, suite_lines
 
 ASG = "positional_encoding"
@@ -14,13 +21,19 @@ POINTS = {"sinusoidal_encoding_tests": 4.0, "rope_tests": 4.0, "alibi_bias_tests
 
 @pytest.fixture(scope="module")
 def graded_class(tmp_path_factory):
-    d = tmp_path_factory.mktemp("grading")
-    grade.prepare(d, [ASG])
-    for learner, answers in roster().items():
-        grade.submit(d, learner, ASG, example_submission(ASG, answers[ASG]))
-    r = grade.autograde(d, ASG, capture_output=True, text=True)
-    f = grade.feedback(d, ASG, capture_output=True, text=True)
-    return d, r, f
+    """`make grade`'s own step, for the example class's assignment and for one nobody in it submits."""
+    d = tmp_path_factory.mktemp("grading") / "fresh"
+    r = subprocess.run([sys.executable, "-m", "autograder.grade_examples", ASG, "attention", "--grading-dir", str(d)],
+                       cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return d, r, r
+
+
+def test_make_grade_prints_no_error(graded_class):
+    _, r, _ = graded_class
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert not [line for line in out.splitlines() if "ERROR" in line], out[-3000:]
+    assert "attention: no learner of the example class submits it" in out
 
 
 def _by_learner(rows):
@@ -80,3 +93,66 @@ def test_regrading_gives_the_same_grades(graded_class):
     assert r.returncode == 0, r.stderr[-2000:]
     after = {(r.learner, r.cell): r.score for r in grade.scores(d, [ASG])}
     assert after == before
+
+
+# -- notebooks nbgrader alone cannot grade (a KeyError in DeduplicateIds or OverwriteCells) ----------------
+def _copied_cell():
+    """An honest learner who copied the solution cell of sinusoidal_encoding: a wrong first try above, the
+    answer in the copy below it (in notebook order, the copy is what the notebook defines)."""
+    nb = variants.submission(ASG)
+    i, cell = next((i, c) for i, c in enumerate(nb.cells)
+                   if c.metadata.get("nbgrader", {}).get("grade_id") == "sinusoidal_encoding")
+    first = copy.deepcopy(cell)
+    first.id = "copy-of-the-solution"
+    first.source = "def sinusoidal_encoding(seq_len, d_model, base=10000.0):\n    return torch.zeros(seq_len, d_model)\n"
+    nb.cells.insert(i, first)
+    return nb
+
+
+def _lost_grade_ids():
+    """The solution cell of rope and the graded cell of alibi_bias without their grade_id."""
+    nb = variants.submission(ASG)
+    for c in nb.cells:
+        if c.metadata.get("nbgrader", {}).get("grade_id") in ("rope", "alibi_bias_tests"):
+            del c.metadata["nbgrader"]["grade_id"]
+    return nb
+
+
+@pytest.fixture(scope="module")
+def repaired(tmp_path_factory):
+    d = tmp_path_factory.mktemp("repaired")
+    grade.prepare(d, [ASG])
+    grade.submit(d, "copycat", ASG, _copied_cell())
+    grade.submit(d, "nameless", ASG, _lost_grade_ids())
+    r = grade.autograde(d, ASG, capture_output=True, text=True)
+    return d, r, _by_learner(grade.scores(d, [ASG]))
+
+
+@pytest.mark.parametrize("learner, note", [("copycat", "holds the cell sinusoidal_encoding more than once"),
+                                           ("nameless", "lost its grading id")])
+def test_a_repaired_notebook_keeps_its_score(repaired, learner, note):
+    d, r, rows = repaired
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert "KeyError" not in r.stdout + r.stderr
+    assert {c: rows[learner][c].score for c in POINTS} == POINTS, {c: rows[learner][c].comment for c in POINTS}
+    assert all(note in (rows[learner][c].comment or "") for c in POINTS), rows[learner]["rope_tests"].comment
+    graded = nbformat.read(str(d / "autograded" / learner / ASG / f"{ASG}.ipynb"), as_version=4)
+    assert any(note in c.source for c in graded.cells if c.cell_type == "markdown")
+
+
+# -- nbgrader's commands right after `make install` or `make clean` ----------------------------------------
+def test_nbgrader_commands_work_on_a_fresh_grading_folder(tmp_path):
+    """No grading folder yet: nbgrader_config.py makes it, so the gradebook can be created in it."""
+    fresh = tmp_path / "not" / "made" / "yet"
+    env = {k: v for k, v in os.environ.items() if k != "GRADEBOOK_URL"}
+    env.update(GRADING_DIR=str(fresh), PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    nbgrader = os.path.join(os.path.dirname(sys.executable), "nbgrader")
+    out = {}
+    for args in (["generate_assignment", ASG, "--force", f"--CourseDirectory.release_directory={tmp_path / 'release'}"],
+                 ["db", "student", "add", "ada"], ["db", "assignment", "list"], ["db", "student", "list"]):
+        r = subprocess.run([nbgrader, *args], cwd=ROOT, env=env, capture_output=True, text=True)
+        out[" ".join(args[:3])] = text = r.stdout + r.stderr
+        assert r.returncode == 0 and "ERROR" not in text, (args, text[-2000:])
+    assert ASG in out["db assignment list"] and "ada" in out["db student list"]
+    assert (fresh / "gradebook.db").is_file()
+    assert (tmp_path / "release" / ASG / f"{ASG}.ipynb").is_file()
