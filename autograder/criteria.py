@@ -65,6 +65,8 @@ def hidden_tests(assignment: str) -> list[HiddenTest]:
     for name, fn in vars(mod).items():
         if not (name.startswith("test_") and callable(fn) and getattr(fn, "__module__", None) == mod.__name__):
             continue
+        if any(m.name == "feedback" for m in getattr(fn, "pytestmark", [])):
+            continue                  # adds to the feedback, scores nothing
         marks = {m.name: m.args[0] for m in getattr(fn, "pytestmark", []) if m.args}
         doc = (fn.__doc__ or "").strip().splitlines()
         tests.append(HiddenTest(name, marks.get("cell"), float(marks.get("weight", 1)), doc[0] if doc else name,

@@ -89,15 +89,18 @@ class Grading:
     notes: list[str] = field(default_factory=list)
     fault: str | None = None
     log: str = ""
+    profile: dict = field(default_factory=dict)    # where the suite's time went (seconds)
+    # graded cell -> {"name", "differences": [...], "html"} or {"name", "note"}: feedback, not a score
+    structure: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"verdicts": {g: v.to_dict() for g, v in self.verdicts.items()}, "notes": self.notes,
-                "fault": self.fault}
+                "fault": self.fault, "profile": self.profile, "structure": self.structure}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Grading":
         return cls({g: Verdict.from_dict(v) for g, v in d.get("verdicts", {}).items()}, list(d.get("notes", [])),
-                   d.get("fault"))
+                   d.get("fault"), profile=dict(d.get("profile", {})), structure=dict(d.get("structure", {})))
 
 
 def suite_path(assignment: str, settings: config.Settings | None = None) -> Path:
@@ -134,6 +137,9 @@ class Recorder:
     def __init__(self):
         self.records: list[dict] = []
         self.collection_errors: list[str] = []
+        self.seconds: dict[str, float] = {}       # graded cell -> seconds its tests took (fixtures included)
+        self.first_test: float | None = None
+        self.structure: dict[str, dict] = {}      # graded cell -> the learner's module drawn beside the course's
 
     def _label(self, item) -> str:
         doc = (getattr(item, "function", None).__doc__ or "").strip() if hasattr(item, "function") else ""
@@ -144,9 +150,17 @@ class Recorder:
             self.collection_errors.append(str(report.longrepr)[-4000:])
 
     def pytest_runtest_makereport(self, item, call):
-        if call.when not in ("setup", "call") or (call.when == "setup" and call.excinfo is None):
-            return
         marker = item.get_closest_marker("cell")
+        if self.first_test is None:
+            self.first_test = call.start
+        cell = marker.args[0] if marker else "(none)"
+        self.seconds[cell] = self.seconds.get(cell, 0.0) + call.duration
+        for key, value in item.user_properties:
+            if key == "structure" and marker:
+                self.structure[cell] = value
+        if item.get_closest_marker("feedback") or call.when not in ("setup", "call") or (
+                call.when == "setup" and call.excinfo is None):
+            return
         weight = item.get_closest_marker("weight")
         diagnosis, fault = diagnose(call.excinfo) if call.excinfo is not None else (None, False)
         self.records.append({
@@ -168,14 +182,20 @@ def _suite_main(assignment: str, out: str) -> int:
     from autograder.suites.checks import GRADING_SEED
 
     sys.stderr.write(f"grader: inputs drawn from grading seed {GRADING_SEED} (GRADER_SEED={GRADING_SEED} replays them)\n")
+    main_started = time.time()
     recorder = Recorder()
     path = suite_path(assignment)
     code = pytest.main([str(path), "-q", "-p", "no:cacheprovider", "--assert=plain",
                         "-o", "console_output_style=classic", "--no-header", "-rN",
                         "--rootdir", str(path.parent), "-c", os.devnull], plugins=[recorder])
+    launched = float(os.environ.get("GRADER_LAUNCHED", main_started))
+    profile = {"process_start_s": main_started - launched,
+               "collect_s": (recorder.first_test or time.time()) - main_started,
+               "cells_s": recorder.seconds, "workers": learner.STARTS}
     Path(out).write_text(json.dumps({"exit": int(code), "records": recorder.records,
                                      "collection_errors": recorder.collection_errors,
-                                     "notes": sorted(learner.NOTES)}))
+                                     "notes": sorted(learner.NOTES), "profile": profile,
+                                     "structure": recorder.structure}))
     return 0
 
 
@@ -192,7 +212,8 @@ def run_suite(assignment: str, cells: list[dict], settings: config.Settings, dea
         cells_path, out = Path(tmp) / "cells.json", Path(tmp) / "out.json"
         cells_path.write_text(json.dumps(cells))
         env = {**os.environ, **settings.to_env(), "GRADER_CELLS": str(cells_path), "PYTHONPATH": str(ROOT),
-               "PYTHONDONTWRITEBYTECODE": "1", "GRADER_DEADLINE": repr(deadline)}
+               "PYTHONDONTWRITEBYTECODE": "1", "GRADER_DEADLINE": repr(deadline),
+               "GRADER_LAUNCHED": repr(time.time())}
         log = Path(tmp) / "log.txt"
         # The suite stops calling the learner's code at the deadline; past it and its grace, the suite itself hangs.
         timeout = max(1.0, deadline - time.time()) + settings.grace
@@ -256,7 +277,9 @@ def grade(nb, assignment: str, settings: config.Settings | None = None, deadline
     deadline = deadline or time.time() + settings.learner_budget
     graded = graded_cells(nb)
     cells = learner_cells(nb)
+    started = time.time()
     result = run_suite(assignment, cells, settings, deadline)
+    profile = {**result.get("profile", {}), "suite_s": time.time() - started}
     if "error" in result:
         return Grading({gid: Verdict(gid, pts) for gid, pts in graded.items()}, fault=result["error"],
                        log=result.get("log", ""))
@@ -264,7 +287,8 @@ def grade(nb, assignment: str, settings: config.Settings | None = None, deadline
     findings = static.analyse(cells, {gid.removesuffix(TESTS_SUFFIX) for gid in graded})
     verdicts = score(result["records"], graded, findings)
     fault = f"a grader fault in a hidden test: {faults[0]['diagnosis']}" if faults else None
-    return Grading(verdicts, notes=result.get("notes", []), fault=fault, log=result.get("log", ""))
+    return Grading(verdicts, notes=result.get("notes", []), fault=fault, log=result.get("log", ""), profile=profile,
+                   structure={c: s for c, s in result.get("structure", {}).items() if c in graded})
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ MAX_DEATHS = 12
 # What this process could not measure from outside, or which protections its sandboxes lacked:
 # reported with the verdict, so the feedback, the log and the class report can say so.
 NOTES: set[str] = set()
+# Every worker start of this process: (role, seconds until its cells were loaded), for the grading's profile.
+STARTS: list = []
 
 
 def on_gpu() -> bool:
@@ -61,8 +63,9 @@ class LearnerError(Exception):
 
 class Learner:
     def __init__(self, cells: list[dict], limits: Limits | None = None, call_timeout: float | None = None,
-                 settings: config.Settings | None = None):
+                 settings: config.Settings | None = None, role: str = "learner"):
         self.settings = settings or config.current()
+        self.role = role
         self.cells = cells
         self.limits = limits or Limits.of(self.settings, wall_s=self.settings.learner_budget)
         self.call_timeout = call_timeout or self.settings.call_timeout
@@ -93,6 +96,7 @@ class Learner:
         names it defines fail with that reason, so the rest of the notebook is still graded."""
         import json
 
+        started = time.monotonic()
         while True:
             if self.start_failure:
                 raise WorkerDied(self.start_failure)
@@ -119,6 +123,9 @@ class Learner:
                         continue
                     break
             except WorkerDied as e:
+                if time.time() >= self.deadline:   # the budget ran out: the learner's doing, not a fault
+                    self._die()
+                    raise
                 if loading is None:        # no learner code had run yet
                     log = self.stderr.text(wait=2.0) if self.stderr else ""
                     self._die()
@@ -131,6 +138,7 @@ class Learner:
                 self.start_failure = "your notebook's code interfered with the grader while it was being loaded"
                 continue
             self.ready = msg
+            STARTS.append([self.role, round(time.monotonic() - started, 3)])
             if self.parts:
                 self.request({"op": "use_parts", "names": self.parts}, what="(the course's parts)")
             return

@@ -18,11 +18,14 @@ Every limit comes from `autograder.config` (`c.Grader.<name>` in nbgrader_config
 """
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 import time
 from pathlib import Path
 
+import bleach
 import nbformat
 from nbconvert.exporters import HTMLExporter, NotebookExporter
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
@@ -80,7 +83,8 @@ class SandboxedExecute(NbGraderPreprocessor):
 
     def preprocess(self, nb, resources):
         s = settings_of(self)
-        resources[DEADLINE] = time.time() + s.learner_budget
+        started = time.time()
+        resources[DEADLINE] = started + s.learner_budget
         wall = min(s.notebook_timeout, s.learner_budget)
         try:
             sb = Sandbox(Limits.of(s, wall_s=wall))
@@ -113,7 +117,8 @@ class SandboxedExecute(NbGraderPreprocessor):
             first_code = next((c for c in nb.cells if c.cell_type == "code"), None)
             if first_code is not None:
                 first_code.outputs.insert(0, _note(f"[grader] {problem}; the outputs below are those recorded before.\n"))
-        nb.metadata[RECORD] = {**record(nb), "protections": {name: ok for name, ok in sb.protections.items()}}
+        nb.metadata[RECORD] = {**record(nb), "protections": {name: ok for name, ok in sb.protections.items()},
+                               "execute_s": round(time.time() - started, 3)}
         sanitize(nb)
         return nb, resources
 
@@ -176,12 +181,27 @@ def _quoted(text: str) -> str:
     return "\n".join(f"    | {line}" for line in text.strip().splitlines()[-80:]) or "    | (nothing)"
 
 
+# What a learner's HTML and markdown may hold: bleach's defaults (links of http, https and mailto only) and the
+# tags of text and tables; no script, style, SVG, frame, form, event handler, or image fetched from anywhere
+# (a learner's images are image/png outputs).
+TAGS = sorted({*bleach.ALLOWED_TAGS, "p", "div", "span", "br", "hr", "pre", "h1", "h2", "h3", "h4", "h5", "h6",
+               "table", "thead", "tbody", "tr", "th", "td", "sub", "sup", "del", "dl", "dt", "dd"})
+ATTRIBUTES = {**bleach.ALLOWED_ATTRIBUTES, "td": ["colspan", "rowspan"], "th": ["colspan", "rowspan"]}
+
+
+# Markdown makes links and images of its own, `[x](javascript:...)` and `[x]: url`, its scheme even written as
+# character references, which no HTML sanitizer sees: a zero-width space after the `]` leaves them as text.
+MARKDOWN_LINK = re.compile(r"\](?=[(:])")
+
+
 def sanitize(nb):
     """Learner output is data: no script, no active HTML or SVG, in any output or in a learner's markdown."""
-    cleaner = SanitizeHTML()
+    cleaner = SanitizeHTML(tags=TAGS, attributes=ATTRIBUTES)
     for i, cell in enumerate(nb.cells):
-        if cell.cell_type == "markdown" and nbgrader_meta(cell).get("locked"):
-            continue                                  # the course's own text, restored from the release
+        if cell.cell_type == "markdown":
+            if not nbgrader_meta(cell).get("locked"):     # a locked one is the course's, restored from the release
+                cell.source = cleaner.sanitize_html_tags(MARKDOWN_LINK.sub("]\u200b", cell.source))
+            continue
         cleaner.preprocess_cell(cell, {}, i)
 
 
@@ -203,10 +223,14 @@ class HiddenSuites(NbGraderPreprocessor):
         for cell in nb.cells:
             if not is_graded_test(cell):
                 continue
-            v = grading.verdicts[nbgrader_meta(cell)["grade_id"]]
+            gid = nbgrader_meta(cell)["grade_id"]
+            v = grading.verdicts[gid]
             cell.outputs = [_note(v.text() + "\n"),
                             nbformat.v4.new_output("execute_result", data={"text/plain": repr(float(v.score))},
                                                    execution_count=None)]
+            if gid in grading.structure:
+                cell.outputs.append(structure_output(grading.structure[gid]))
+        grading.structure = {gid: {k: v for k, v in st.items() if k != "html"} for gid, st in grading.structure.items()}
         rec = record(nb)
         missing = [name for name, ok in rec.get("protections", {}).items() if not ok]
         notes = list(dict.fromkeys([*(f"graded without: {m}" for m in missing), *grading.notes]))
@@ -217,6 +241,23 @@ class HiddenSuites(NbGraderPreprocessor):
         self.log.info("hidden suite %s: %s", assignment,
                       ", ".join(f"{gid} {v.score:g}/{v.points:g}" for gid, v in grading.verdicts.items()))
         return nb, resources
+
+
+def structure_output(st: dict):
+    """The learner's module drawn beside the course's (autograder.graph; every label escaped there), as an output."""
+    name = html.escape(str(st.get("name", "")))
+    if "note" in st:
+        text = str(st["note"])
+        body = f"<p>{html.escape(text)}</p>"
+    else:
+        found = [str(d) for d in st.get("differences", [])]
+        text = (f"Your {st.get('name')}'s structure differs from the course's: " + "; ".join(found) if found
+                else f"Your {st.get('name')} has the course's structure.")
+        items = "".join(f"<li>{html.escape(d)}</li>" for d in found)
+        body = (f"<ul>{items}</ul>" if found else "<p>The same structure as the course's.</p>") + str(st.get("html", ""))
+    page = (f'<div class="grader-structure"><p><strong>Your {name} drawn beside the course\'s</strong> (for you to '
+            f"read; the points come from the hidden tests)</p>{body}</div>")
+    return nbformat.v4.new_output("display_data", data={"text/plain": text, "text/html": page})
 
 
 class SaveDiagnoses(NbGraderPreprocessor):

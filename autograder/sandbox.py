@@ -42,7 +42,7 @@ from .cgroups import Cgroup, why_unavailable
 
 GIB = 1 << 30
 # Files the sandbox may see from the autograder: the worker side of the protocol only.
-SANDBOX_FILES = ("worker.py", "protocol.py", "execute.py", "parts.py")
+SANDBOX_FILES = ("worker.py", "protocol.py", "execute.py", "parts.py", "graph.py")
 INSIDE_CODE = "/opt/grader"
 INSIDE_HOME = "/sandbox"
 

@@ -249,6 +249,13 @@ class Worker:
             outputs = [o.cpu() for o in outputs]
         return outputs
 
+    def op_graph(self, req):
+        """The learner's module `name`, built with the graph module's example sizes, as a graph of plain data
+        (autograder.graph): for the feedback's drawing, never for a score."""
+        import graph
+
+        return graph.trace_named(self.ns, str(req["name"]))
+
     def op_flush(self, req):
         """Before a timed run on a GPU: cold L2 cache."""
         if DEVICE != "cpu":

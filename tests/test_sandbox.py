@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autograder import hidden, variants
-from autograder.sandbox import CG_MEMORY, OS_SANDBOX, Limits, Sandbox, private_root
+from autograder.sandbox import OS_SANDBOX, Limits, Sandbox, private_root
 from conftest import ROOT
 
 MIB = 1 << 20

@@ -212,8 +212,9 @@ def _search_process():
                 for i, needle in enumerate([*needles, control]):
                     counts[i] += data.count(needle)
     mine = globals()
+    # functions compiled from notebook cells (the course's would be too) that do not belong to this notebook
     foreign = [f for f in gc.get_objects() if callable(f) and hasattr(f, "__code__") and hasattr(f, "__globals__")
-               and f.__code__.co_filename.startswith("<") and f.__globals__ is not mine]
+               and f.__code__.co_filename.startswith(("<cell", "<reference")) and f.__globals__ is not mine]
     # the needles and the control exist once each as this function's own objects: only a surplus is found
     return (f"searched the process: {sum(max(0, c - counts[-1]) for c in counts[:-1])} lines of the course's code, "
             f"{len(foreign)} functions compiled elsewhere")

@@ -182,3 +182,22 @@ def together(learner, course_worker, names: list[str], run_check, what: str, fix
         raise first from None
     raise Diagnosis(f"your {what} is right with the course's {' and '.join(names)} (its other tests use those); with "
                     f"yours it is wrong ({str(first)[:300]}): {fix}") from None
+
+
+def draw_structure(request, learner, reference_namespace: dict, name: str):
+    """For the feedback (never a score): the learner's `name` traced in its worker, as plain data, and drawn beside
+    the course's, with the structural differences named (autograder.graph)."""
+    from autograder import graph
+
+    try:
+        mine = learner.request({"op": "graph", "name": name}, what=f"drawing {name}")["ok"]
+    except Exception as e:  # noqa: BLE001 - a drawing that cannot be made is a note, never a failure
+        mine = {"error": f"it could not be traced ({type(e).__name__})"}
+    if not isinstance(mine, dict) or "error" in mine:
+        note = str(mine.get("error", "")) if isinstance(mine, dict) else ""
+        request.node.user_properties.append(("structure", {
+            "name": name, "note": f"your {name} could not be drawn as a graph: {note[:300]}".rstrip(": ")}))
+        return
+    course = graph.trace_named(reference_namespace, name)
+    request.node.user_properties.append(("structure", {
+        "name": name, "differences": graph.differences(mine, course), "html": graph.side_by_side_html(mine, course)}))

@@ -49,12 +49,12 @@ def reference():
     return get
 
 
-def _workers():
+def _workers(role: str):
     workers: dict = {}
 
     def get(assignment: str) -> Learner:
         if assignment not in workers:
-            workers[assignment] = Learner(learner_cells(read(source_notebook(assignment))))
+            workers[assignment] = Learner(learner_cells(read(source_notebook(assignment))), role=role)
         return workers[assignment]
 
     return workers, get
@@ -64,7 +64,7 @@ def _workers():
 def reference_worker():
     """The course's solution code running in its own sandboxed worker, under the same limits as the
     learner's: the other side of every speed comparison (autograder.timing)."""
-    workers, get = _workers()
+    workers, get = _workers("reference")
     yield get
     for w in workers.values():
         w.close()
@@ -74,7 +74,7 @@ def reference_worker():
 def course():
     """Another worker of the course's solution code: it computes the course's parts that a learner's part
     (or, in a speed comparison, the reference's) uses."""
-    workers, get = _workers()
+    workers, get = _workers("course parts")
     yield get
     for w in workers.values():
         w.close()
@@ -84,6 +84,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "cell(grade_id): the graded cell this test scores")
     config.addinivalue_line("markers", "weight(w): this test's share of its cell's points (default 1)")
     config.addinivalue_line("markers", "together: this test uses the learner's own parts, not the course's")
+    config.addinivalue_line("markers", "feedback: this test only adds to the feedback (no score, never fails)")
 
 
 def parts_of(request, learner) -> list[str]:

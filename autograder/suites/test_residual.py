@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 from autograder.learner import LearnerError
 
-from .checks import (Diagnosis, check, close, fast_enough, leaves_inputs, max_error, module_targets, randn, seeded,
-                     together)
+from .checks import (Diagnosis, check, close, draw_structure, fast_enough, leaves_inputs, max_error, module_targets,
+                     randn, seeded, together)
 from .test_attention import load_exact, load_state, oracle_mha, plain_mha, random_mha_state
 
 A = "residual"
@@ -438,6 +438,14 @@ def test_block_with_your_parts(learner, course):
            f"{'its' if len(broken) == 1 else 'their'} own (see {'its' if len(broken) == 1 else 'their'} tests): "
            f"fix {'it' if len(broken) == 1 else 'them'} first") if broken else "fix the parts it uses first"
     together(learner, course(A), course_parts(BLOCK_CELL, learner), run_check, "TransformerBlock", fix)
+
+
+@BLOCK
+@pytest.mark.feedback
+@pytest.mark.together
+def test_block_drawn(request, learner, reference):
+    """your TransformerBlock drawn beside the course's, with the differences in structure named"""
+    draw_structure(request, learner, vars(reference(A)), "TransformerBlock")
 
 
 @BLOCK

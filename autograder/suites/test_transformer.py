@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from autograder.learner import LearnerError
 
-from .checks import Diagnosis, check, close, fast_enough, leaves_inputs, randn, seeded, tensor, together
+from .checks import Diagnosis, check, close, draw_structure, fast_enough, leaves_inputs, randn, seeded, tensor, together
 from .test_attention import load_exact, load_state, oracle_attention, oracle_mha, plain_attention, plain_mha, random_mask
 from .test_attention import random_mha_state
 from .test_residual import (norm_baseline, oracle_block, plain_ff, random_block_state, random_ff_state,
@@ -338,6 +338,14 @@ def test_tiny_trains(learner):
           f"sequences (at least {ACCURACY} expected; the course's model reaches 1.0). It stays near 0.3 when the model "
           "cannot tell positions apart: add the sinusoidal encoding to the token embeddings (unscaled: multiplied by "
           "sqrt(d_model), the embeddings drown the positions), and give every block the same causal mask")
+
+
+@TINY
+@pytest.mark.feedback
+@pytest.mark.together
+def test_tiny_drawn(request, learner, reference):
+    """your TinyTransformer drawn beside the course's, with the differences in structure named"""
+    draw_structure(request, learner, vars(reference(A)), "TinyTransformer")
 
 
 @TINY
