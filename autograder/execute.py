@@ -84,8 +84,7 @@ class Client(NotebookClient):
     """Drops outputs past the caps while the cell runs, so a cell printing gigabytes or displaying a million
     outputs cannot exhaust this process."""
 
-    max_outputs = 50
-    max_bytes = 2 << 20
+    max_outputs = max_bytes = 0            # set by main() from the grader's settings (autograder.config)
 
     def output(self, outs, msg, display_id, cell_index):
         if len(outs) > self.max_outputs or sum(size(o) for o in outs[-self.max_outputs:]) > 2 * self.max_bytes:

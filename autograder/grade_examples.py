@@ -2,7 +2,8 @@
 
 Each learner's notebook is built from the released notebook and the answer that
 `examples/class_roster.py` names, then `nbgrader autograde` and `nbgrader generate_feedback`
-run on the whole class, and the scores are read back from the gradebook.
+run on the whole class, and the scores are read back from the gradebook.  An assignment that no
+learner of the class submits is named and skipped (nbgrader's autograde would log an ERROR for it).
 """
 from __future__ import annotations
 
