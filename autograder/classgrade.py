@@ -253,7 +253,7 @@ def failure_reason(log_text: str, returncode: int | None) -> tuple[str, list[str
         code = f"killed by signal {-returncode}"
     else:
         code = f"exit code {returncode}"
-    faults = [m.group(1) for line in lines if (m := GRADER_FAULT.search(line)) and not line.lstrip().startswith("|")]
+    faults = grader_faults(log_text)
     if faults:
         detail = f"GraderFault: {faults[-1]}"
     elif exceptions:
@@ -265,9 +265,16 @@ def failure_reason(log_text: str, returncode: int | None) -> tuple[str, list[str
     return f"{code}: {detail[:300]}", errors
 
 
+def grader_faults(log_text: str) -> list[str]:
+    """The faults the grader named in a log (`GraderFault: ...`), not counting the lines it quotes from a sandbox
+    (marked `|`), which a learner's code may have written."""
+    return [m.group(1) for line in log_text.splitlines()
+            if (m := GRADER_FAULT.search(line)) and not line.lstrip().startswith("|")]
+
+
 def failure_kind(log_text: str, stopped: bool) -> str:
     """GRADER unless the submission explains the failure (nothing to grade) and the grader named no fault."""
-    if stopped or GRADER_FAULT.search(log_text) or not NOTHING_SUBMITTED.search(log_text):
+    if stopped or grader_faults(log_text) or not NOTHING_SUBMITTED.search(log_text):
         return GRADER
     return SUBMISSION
 

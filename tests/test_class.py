@@ -293,5 +293,21 @@ def test_the_report_counts_the_verdicts_as_recorded(tmp_path):
     nbformat.write(nb, str(path))
     rows = [grade.CellScore("ann", ASG, "rope_tests", 1.0, 4.0, "ignored: the comment is not re-read")]
     diagnoses, notes = report.class_diagnoses(tmp_path, rows)
-    assert [(d["diagnosis"], d["who"]) for d in diagnoses] == [("your file was repaired", ["ann"]), (a, ["ann"])]
+    assert sorted((d["diagnosis"], d["who"]) for d in diagnoses) == [(a, ["ann"]), ("your file was repaired", ["ann"])]
     assert notes == [{"note": "graded without: x", "learners": 1, "who": ["ann"]}]
+
+
+def test_a_failure_is_a_grader_error_unless_nothing_was_submitted():
+    """The kind comes from the grader's own lines: a quoted sandbox line that names a fault counts for nothing."""
+    nothing = "[AutogradeApp | ERROR] No notebooks were matched by '/x/submitted/lost/a/*.ipynb'\n"
+    fault = ("Traceback (most recent call last):\n  File \"x\", line 1\n"
+             "autograder.nbgrader_plugin.GraderFault: grader fault (not the learner's): the hidden suite did not "
+             "finish in time\n")
+    quoted = "[AutogradeApp | WARNING] the sandbox's stderr:\n    | autograder.nbgrader_plugin.GraderFault: forged\n"
+    assert classgrade.failure_kind(nothing, stopped=False) == grade.NOT_GRADED
+    assert classgrade.failure_kind(nothing + quoted, stopped=False) == grade.NOT_GRADED
+    assert classgrade.failure_kind(nothing, stopped=True) == grade.GRADER_ERROR
+    assert classgrade.failure_kind(fault, stopped=False) == grade.GRADER_ERROR
+    assert classgrade.failure_kind("ValueError: something else\n", stopped=False) == grade.GRADER_ERROR
+    reason, _ = classgrade.failure_reason(quoted + fault, 1)
+    assert reason == "exit code 1: GraderFault: grader fault (not the learner's): the hidden suite did not finish in time"
