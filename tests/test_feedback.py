@@ -11,7 +11,7 @@ more straight into the grader's pipe before killing the client is graded beside 
 the trusted processes' memory and the feedback stay those of a normal learner.
 """
 import json
-import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -63,7 +63,7 @@ else:
         if _link.startswith("pipe:") and _link != _err:     # the client's private stdout to the grader
             try:
                 with open(f"/proc/{_client}/fd/{_fd}", "w") as _pipe:
-                    for _index in range(12):                    # 300,000 outputs, straight to the grader
+                    for _index in range(11, -1, -1):            # 300,000 outputs, straight to the grader
                         _pipe.write('{"index": %d, "outputs": [%s]}\n' % (_index, ",".join([_one] * 25_000)))
             except OSError:
                 pass
@@ -146,7 +146,7 @@ def test_everyone_is_graded(graded):
     assert f.returncode == 0, f.stderr[-3000:]
     assert {c: s.score for c, s in scores["normal"].items()} == {"sinusoidal_encoding_tests": 4.0, "rope_tests": 4.0,
                                                                   "alibi_bias_tests": 3.0}
-    assert scores["mallory"]["rope_tests"].score == 0 and scores["mallory"]["sinusoidal_encoding_tests"].score == 4
+    assert scores["mallory"]["rope_tests"].score < 4 and scores["mallory"]["sinusoidal_encoding_tests"].score == 4
     assert {c: s.score for c, s in scores["flood"].items()} == {c: s.score for c, s in scores["normal"].items()}
 
 
@@ -251,9 +251,9 @@ def test_the_policy_holds_for_what_a_sanitizer_would_miss(graded, browser):
     Content-Security-Policy alone stops every one, and MathJax still typesets the course's math."""
     d = graded[0]
     html = _page(d, "normal").read_text()
-    assert html.count("</body>") == 1
+    end = html.rindex("</body>")
     page = _page(d, "normal", "injected")
-    page.write_text(html.replace("</body>", INJECTED + "</body>"))
+    page.write_text(html[:end] + INJECTED + html[end:])
     seen = _open(browser, page.as_uri())
     _nothing_ran(seen)
     assert {"script-src-elem", "script-src-attr"} <= set(seen["violations"]), seen["violations"]
@@ -270,9 +270,11 @@ def test_the_autograded_notebook_holds_no_script(graded):
         for out in cell.get("outputs", []):
             rich += [f"{k}: {v}" for k, v in out.get("data", {}).items() if k != "text/plain"]
     assert any("A note of mine" in m for m in markdown), "the learner's markdown cell is not in the notebook"
+    assert rich and not [t for t in rich if t.startswith(("application/javascript", "image/svg+xml"))], rich
     for text in rich + markdown:
-        for active in ("<script", "onerror=", "<svg", "<iframe", "application/javascript", "image/svg+xml"):
-            assert active not in text, (active, text[:300])
+        for active in (r"<\s*(script|svg|iframe|object|embed|style)\b", r"<[^>]*\son\w+\s*=",
+                       r"<[^>]*(href|src)\s*=\s*[\"']?\s*(javascript|vbscript|data):", r"\]\(\s*javascript:"):
+            assert not re.search(active, text, re.I), (active, text[:300])
 
 
 # -- output caps ----------------------------------------------------------------------------------------
