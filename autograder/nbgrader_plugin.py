@@ -171,9 +171,9 @@ def _json(line: bytes):
 def _ended(run, wall: float) -> str:
     if run.timed_out:
         return f"stopped after {wall:g} s"
-    if run.returncode is None or run.returncode < 0:
-        return f"killed by signal {-(run.returncode or 9)}"
-    return f"exit code {run.returncode}"
+    if run.returncode is None:
+        return "killed"
+    return f"killed by signal {-run.returncode}" if run.returncode < 0 else f"exit code {run.returncode}"
 
 
 def _quoted(text: str) -> str:

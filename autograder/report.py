@@ -9,8 +9,7 @@ Read from the gradebook (GRADEBOOK_URL, else the grading folder's SQLite file) a
                    for a learner whose grading failed its status, `grader error: <reason>` (the grader
                    could not grade it) or `not graded: <reason>` (nothing to grade), and no total;
 - `diagnoses.csv`  for each graded cell, each diagnosis and how many learners got it (which ones):
-                   the class's misconceptions.  The diagnoses are the gradebook comments of the
-                   solution cells, split into single diagnoses;
+                   the class's misconceptions;
 - `histogram.png`  the histogram of total scores;
 - `report.html`    one self-contained page with the three (the image inlined, no other file or host).
 
@@ -127,12 +126,13 @@ def render_html(assignment: str, cells: list[str], lines, diagnoses: list[dict],
                     for n in notes)
     img = base64.b64encode(png).decode()
     faults = sum(1 for x in lines if x[4].startswith(grade.GRADER_ERROR))
+    faulted = (f" ({faults} of them for a grader error: no score is recorded for them, and their grading must be "
+               "run again)") if faults else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>Class report: {e(assignment)}</title>
 <style>{CSS}</style></head><body>
 <h1>Class report: {e(assignment)}</h1>
-<p class="muted">{n_graded} learners graded, {sum(1 for x in lines if x[4] != "graded")} not graded ({faults} of them
-for a grader error: no score is recorded for them, and their grading must be run again).</p>
+<p class="muted">{n_graded} learners graded, {sum(1 for x in lines if x[4] != "graded")} not graded{faulted}.</p>
 <h2>Scores</h2>
 <table><tr><th>learner</th>{head}<th>total</th><th>points</th><th>status</th></tr>
 {''.join(body)}</table>
