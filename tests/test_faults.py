@@ -86,6 +86,7 @@ def test_a_grader_fault_fails_the_grading_visibly(faults, learner):
     assert not (d / "autograded" / learner / ASG / f"{ASG}.ipynb").exists(), "nbgrader kept the failed notebook"
     rows = [row for row in grade.scores(d, [ASG]) if row.learner == learner]
     assert all(row.score is None for row in rows), [(row.cell, row.score) for row in rows]
+    print(f"\n{learner}: {classgrade.failure_reason(log, r.returncode)[0]}")
 
 
 def test_no_feedback_for_a_grading_that_failed(faults):
