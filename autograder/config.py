@@ -42,6 +42,7 @@ class Settings:
     # the trusted processes
     trusted_memory: int = 6144 * MIB   # address space of the trusted suite process
     suites_dir: str = ""               # the hidden suites with their conftest.py (default: autograder/suites)
+    warm_suite: bool = True            # one warm suite process per batch (autograder.suite_server), not one per learner
 
     @classmethod
     def names(cls) -> list[str]:

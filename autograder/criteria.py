@@ -90,14 +90,15 @@ def sentence(test: HiddenTest, mod) -> str:
                 f"d_ff={mod.D_FF}, n_layers={mod.N_LAYERS}, max_len={mod.T}) for {mod.STEPS} steps of AdamW "
                 f"(learning rate {mod.LR:g}, batches of {mod.BATCH} sequences of {mod.T} tokens, within "
                 f"{mod.TRAIN_TIMEOUT:g} s) to repeat the token K places back, with a new offset and new sequences: "
-                f"accuracy at least {mod.ACCURACY:g} on sequences it was not trained on")
+                f"accuracy at least {mod.ACCURACY:g} on sequences it was not trained on, from below {mod.BEFORE:g} before "
+                "training")
     text = test.doc
     if "fast_enough" in test.calls:
         call = test.calls["fast_enough"]
         factor = _argument(call, checks.fast_enough, "factor", mod)
         attempts = _argument(call, checks.fast_enough, "attempts", mod)
-        text += (f"; at most {factor:g}x the reference solution's time on the same inputs (the best of {attempts} "
-                 "measurements counts)")
+        text += (f"; at most {factor:g}x the reference solution's time on the same inputs (a time near the limit is "
+                 f"measured again, up to {attempts} times, and the best counts)")
     if "peak_memory" in test.calls:
         matrix = mod.MEMORY_SEQ_LEN ** 2 * 4 / 2 ** 20
         text += (f"; at Lq = Lk = {mod.MEMORY_SEQ_LEN}, one call may add at most {matrix * mod.MEMORY_FRACTION:g} "

@@ -9,6 +9,7 @@ graded cell's output, the gradebook comment, the feedback and the class report a
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import resource
@@ -179,9 +180,10 @@ def _suite_main(assignment: str, out: str) -> int:
     import pytest
 
     from autograder import learner
-    from autograder.suites.checks import GRADING_SEED
+    from autograder.suites import checks
 
-    sys.stderr.write(f"grader: inputs drawn from grading seed {GRADING_SEED} (GRADER_SEED={GRADING_SEED} replays them)\n")
+    seed = checks.GRADING_SEED
+    sys.stderr.write(f"grader: inputs drawn from grading seed {seed} (GRADER_SEED={seed} replays them)\n")
     main_started = time.time()
     recorder = Recorder()
     path = suite_path(assignment)
@@ -206,26 +208,73 @@ def _limit_trusted(memory: int):
     return apply
 
 
+class SuiteServer:
+    """The client of a warm suite process (autograder.suite_server), started on first use, ended with this process."""
+
+    def __init__(self, settings: config.Settings):
+        self.log = tempfile.NamedTemporaryFile(prefix="grader-suite-server-", suffix=".log", delete=False)
+        env = {**os.environ, **settings.to_env(), "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "autograder.suite_server"], cwd=ROOT, env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+        atexit.register(self.close)
+
+    def ask(self, req: dict) -> dict | None:
+        """Send one request and read its reply; None when the server is gone."""
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+            return json.loads(line) if line else None
+        except (OSError, ValueError):
+            return None
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        os.unlink(self.log.name) if os.path.exists(self.log.name) else None
+
+
+_SERVERS: list[SuiteServer] = []
+
+
+def suite_server(settings: config.Settings) -> SuiteServer:
+    if not _SERVERS or _SERVERS[0].proc.poll() is not None:
+        _SERVERS[:] = [SuiteServer(settings)]
+    return _SERVERS[0]
+
+
 def run_suite(assignment: str, cells: list[dict], settings: config.Settings, deadline: float) -> dict:
-    """Run the hidden suite in a trusted process; {"error": ...} when it did not complete (a grader fault)."""
+    """Run the hidden suite in a trusted process (the warm suite server's, or one of its own); {"error": ...} when
+    it did not complete (a grader fault)."""
     with tempfile.TemporaryDirectory(prefix="grader-suite-") as tmp:
         cells_path, out = Path(tmp) / "cells.json", Path(tmp) / "out.json"
         cells_path.write_text(json.dumps(cells))
-        env = {**os.environ, **settings.to_env(), "GRADER_CELLS": str(cells_path), "PYTHONPATH": str(ROOT),
-               "PYTHONDONTWRITEBYTECODE": "1", "GRADER_DEADLINE": repr(deadline),
-               "GRADER_LAUNCHED": repr(time.time())}
+        suite_env = {**settings.to_env(), "GRADER_CELLS": str(cells_path), "GRADER_DEADLINE": repr(deadline),
+                     "GRADER_LAUNCHED": repr(time.time())}
         log = Path(tmp) / "log.txt"
         # The suite stops calling the learner's code at the deadline; past it and its grace, the suite itself hangs.
         timeout = max(1.0, deadline - time.time()) + settings.grace
-        with open(log, "wb") as logf:
-            try:
-                r = subprocess.run([sys.executable, "-m", "autograder.hidden", assignment, str(out)], cwd=ROOT,
-                                   env=env, stdout=logf, stderr=subprocess.STDOUT, timeout=timeout,
-                                   stdin=subprocess.DEVNULL, preexec_fn=_limit_trusted(settings.trusted_memory))
-                code = r.returncode
-            except subprocess.TimeoutExpired:
-                code = None
-        text = log.read_text(errors="replace")
+        reply = None
+        if settings.warm_suite and not settings.suites_dir:
+            reply = suite_server(settings).ask({"assignment": assignment, "out": str(out), "log": str(log),
+                                                "env": suite_env, "deadline": time.time() + timeout})
+        if reply is not None:
+            code = reply.get("exit")
+        else:
+            env = {**os.environ, **suite_env, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+            with open(log, "wb") as logf:
+                try:
+                    r = subprocess.run([sys.executable, "-m", "autograder.hidden", assignment, str(out)], cwd=ROOT,
+                                       env=env, stdout=logf, stderr=subprocess.STDOUT, timeout=timeout,
+                                       stdin=subprocess.DEVNULL, preexec_fn=_limit_trusted(settings.trusted_memory))
+                    code = r.returncode
+                except subprocess.TimeoutExpired:
+                    code = None
+        text = log.read_text(errors="replace") if log.exists() else ""
         if not out.exists():
             why = ("the hidden suite did not finish in time" if code is None
                    else f"the hidden suite process ended without results (exit code {code})")

@@ -23,7 +23,7 @@ import time
 
 from . import config
 from .protocol import ProtocolError, read_message, write_message
-from .sandbox import Limits, Sandbox, SandboxUnavailable, Tail, kill_tree
+from .sandbox import Limits, Sandbox, SandboxUnavailable, kill_tree
 
 MAX_DEATHS = 12
 # What this process could not measure from outside, or which protections its sandboxes lacked:
@@ -71,7 +71,9 @@ class Learner:
         self.call_timeout = call_timeout or self.settings.call_timeout
         self.sandbox: Sandbox | None = None
         self.proc: subprocess.Popen | None = None
-        self.stderr: Tail | None = None
+        self.owner = os.getpid()                  # the process that started the worker (its parent)
+        self.spawned = False                      # a worker waits for its cells
+        self._last_death = ""
         self.ready: dict = {}
         self.start_failure: str | None = None    # the worker cannot start at all
         self.broken_cells: dict[str, str] = {}   # cell id -> why loading it ended the process
@@ -91,11 +93,34 @@ class Learner:
         return min(timeout, left)
 
     # -- process management ------------------------------------------------------------------------
-    def start(self):
-        """Start a worker that loads the cells; a cell that kills or hangs it is left out, and the
-        names it defines fail with that reason, so the rest of the notebook is still graded."""
-        import json
+    def spawn(self):
+        """Start a sandboxed worker up to the point where it has imported torch and waits for its cells (a
+        worker can be spawned before its learner is known).  No learner code has run yet, so a worker that
+        cannot get this far is the grader's fault."""
+        self.close()
+        try:
+            self.sandbox = Sandbox(self.limits)
+        except (SandboxUnavailable, OSError) as e:
+            raise GraderFault(f"the sandbox could not be set up: {e}") from None
+        NOTES.update(f"missing protection: {p}" for p in self.sandbox.missing())
+        with open(self.sandbox.dir / "worker.stderr", "wb") as err:   # until learner code runs (see worker.py)
+            self.proc = self.sandbox.popen([self.sandbox.inside(self.sandbox.files / "worker.py")],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+        self.owner = os.getpid()
+        try:
+            msg = self._read(self._left(self.settings.cell_timeout), during="while the grader's worker started")
+        except WorkerDied as e:
+            log = self.stderr_tail()
+            self._die()
+            raise GraderFault(f"the grader's worker failed before running any of your code ({e}); its stderr:\n{log}") from None
+        if msg != {"waiting": True}:
+            self._die()
+            raise GraderFault("the grader's worker did not start as expected")
+        self.spawned = True
 
+    def start(self):
+        """Give a worker the cells to load (spawning one unless one waits); a cell that kills or hangs it is
+        left out, and the names it defines fail with that reason, so the rest of the notebook is still graded."""
         started = time.monotonic()
         while True:
             if self.start_failure:
@@ -103,16 +128,10 @@ class Learner:
             if self.deaths >= MAX_DEATHS:
                 raise WorkerDied(f"your code ended or hung the grader's process {self.deaths} times; "
                                  "the remaining checks were not run")
-            self.close()
-            try:
-                self.sandbox = Sandbox(self.limits)
-            except (SandboxUnavailable, OSError) as e:
-                raise GraderFault(f"the sandbox could not be set up: {e}") from None
-            NOTES.update(f"missing protection: {p}" for p in self.sandbox.missing())
-            cells = self.sandbox.put("cells.json", json.dumps([c for c in self.cells if c["id"] not in self.broken_cells]))
-            self.proc = self.sandbox.popen([self.sandbox.inside(self.sandbox.files / "worker.py"), cells],
-                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            self.stderr = Tail(self.proc.stderr)
+            if not (self.spawned and self.alive()):
+                self.spawn()
+            self.spawned = False
+            write_message(self.proc.stdin.fileno(), {"cells": [c for c in self.cells if c["id"] not in self.broken_cells]})
             loading = None
             try:
                 while True:
@@ -124,13 +143,9 @@ class Learner:
                     break
             except WorkerDied as e:
                 if time.time() >= self.deadline:   # the budget ran out: the learner's doing, not a fault
-                    self._die()
                     raise
-                if loading is None:        # no learner code had run yet
-                    log = self.stderr.text(wait=2.0) if self.stderr else ""
-                    self._die()
-                    raise GraderFault(f"the grader's worker failed before running any of your code ({e}); "
-                                      f"its stderr:\n{log}") from None
+                if loading is None:                # it ended before running any cell
+                    raise GraderFault(f"the grader's worker failed while receiving your cells ({e})") from None
                 self.broken_cells[loading] = str(e)
                 continue
             if not isinstance(msg, dict) or not msg.get("ready"):
@@ -149,6 +164,18 @@ class Learner:
             self.start()
         return self.ready.get("cell_errors", [])
 
+    def alive(self) -> bool:
+        """Whether the worker runs (asked of its parent, or of the kernel by a process forked from it)."""
+        if self.proc is None:
+            return False
+        if self.owner == os.getpid():
+            return self.proc.poll() is None
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except (OSError, IndexError):
+            return False
+
     def _die(self):
         if self.proc is not None:
             kill_tree(self.proc)
@@ -156,6 +183,7 @@ class Learner:
             self.sandbox.close()
         self.proc = None
         self.sandbox = None
+        self.spawned = False
 
     def close(self):
         if self.proc is not None and self.proc.stdin:
@@ -167,8 +195,10 @@ class Learner:
 
     def _exit_code(self):
         """The worker's exit code once it has ended, or None when it closed its pipe but lives on."""
+        if self.proc is None or self.owner != os.getpid():
+            return None
         try:
-            return self.proc.wait(timeout=5) if self.proc else None
+            return self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             return None
 
@@ -180,24 +210,34 @@ class Learner:
             self._log_stderr(during)
             self._die()
             self.deaths += 1
-            raise WorkerDied(f"your code did not finish within {timeout:g} s {during} "
-                             "(an infinite loop, or far too slow?)") from None
+            self._last_death = (f"your code did not finish within {timeout:g} s {during} "
+                                "(an infinite loop, or far too slow?)")
         except ProtocolError as e:
             self._die()
             self.deaths += 1
-            raise WorkerDied(f"your code sent the grader something it cannot read {during} ({str(e)[:200]})") from None
+            self._last_death = f"your code sent the grader something it cannot read {during} ({str(e)[:200]})"
         except (EOFError, OSError):
             code = self._exit_code()
             self._log_stderr(during)
             self._die()
             self.deaths += 1
-            raise WorkerDied(_death_message(code, during)) from None
+            self._last_death = _death_message(code, during)
+        raise WorkerDied(self._last_death) from None
+
+    def stderr_tail(self, limit: int = 16 << 10) -> str:
+        """The end of what the worker wrote to stderr before learner code ran (its imports, its start)."""
+        try:
+            with open(self.sandbox.dir / "worker.stderr", "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - limit))
+                return f.read().decode("utf-8", "replace")
+        except (OSError, AttributeError):
+            return ""
 
     def _log_stderr(self, during: str):
-        if self.stderr is not None:
-            text = self.stderr.text(wait=0.5).strip()
-            if text:
-                sys.stderr.write(f"grader: the worker's stderr {during}:\n{text[-4000:]}\n")
+        text = self.stderr_tail().strip()
+        if text:
+            sys.stderr.write(f"grader: the worker's stderr {during}:\n{text[-4000:]}\n")
 
     # -- measurement from outside --------------------------------------------------------------------
     def cpu_seconds(self) -> float:
@@ -250,7 +290,7 @@ class Learner:
         (unless `remember` is off: each call of a course part is a call of its own)."""
         if remember and what in self.broken_calls:
             raise WorkerDied(self.broken_calls[what])
-        if self.proc is None or self.proc.poll() is not None:
+        if not self.alive() or self.spawned:
             self.start()
         name = req.get("name")
         if name in self.broken_cells:
@@ -298,7 +338,7 @@ class Learner:
             yield
         finally:
             self.parts, self.parts_server = [], None
-            if self.proc is not None and self.proc.poll() is None:
+            if self.alive():
                 with contextlib.suppress(WorkerDied, LearnerError):
                     self.request({"op": "use_parts", "names": []}, what="(your own parts)")
 

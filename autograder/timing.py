@@ -80,13 +80,15 @@ def _clock(target: Target, cpu: bool) -> float:
 def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict | None = None, reps: int = 7,
             warmup: int = 1, calls: int = 1, rtol: float = 1e-3, slow_limit: float = 30.0,
             cpu: bool | None = None, same_output: bool = True, until_se: float | None = None,
-            budget_s: float = 20.0, max_reps: int = 60) -> Comparison:
+            budget_s: float = 20.0, max_reps: int = 60, limit: float | None = None, min_reps: int = 3) -> Comparison:
     """Time `learner` against `reference` on the same fresh inputs, interleaved.
 
     Each timed run makes `calls` calls on distinct fresh inputs.  With `same_output=False` (models whose
     weights differ), outputs are checked for shape and finiteness only.  After `reps` repetitions, more
     follow while either side's standard error is above `until_se` of its mean (default on CUDA: 1 %),
-    until `budget_s` seconds or `max_reps` repetitions are spent.
+    until `budget_s` seconds or `max_reps` repetitions are spent.  Given the `limit` the ratio is judged by,
+    the comparison stops after `min_reps` repetitions once the ratio is clearly inside (below half the
+    limit) or clearly outside (above twice the limit): only a close ratio takes every repetition.
     """
     cpu = not on_gpu() if cpu is None else cpu
     until_se = (None if cpu else 0.01) if until_se is None else until_se
@@ -95,6 +97,8 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
     started = time.perf_counter()
 
     def enough(i: int) -> bool:
+        if limit is not None and i >= warmup + min_reps and not (limit / 2 < result.ratio < 2 * limit):
+            return True
         if i < warmup + reps:
             return False
         return (not until_se or i >= warmup + max_reps or time.perf_counter() - started > budget_s

@@ -1,7 +1,8 @@
 """The sandboxed worker: executes a learner's code cells, then answers calls with plain data.
 
-Runs inside the sandbox as `python worker.py CELLS.json`, talking on its original stdin/stdout
-(moved to private descriptors at start; the learner's own prints go to /dev/null).  It imports
+Runs inside the sandbox as `python worker.py`, talking on its original stdin/stdout (moved to private
+descriptors at start; the learner's own prints go to /dev/null).  It imports torch, says it is waiting,
+and only then receives the learner's cells, so a worker can be started before its learner is known.  It imports
 nothing of the course but `protocol`.  It computes; it never judges.  The learner's code shares
 this interpreter and can change anything in it, this file included, so the trusted side believes
 nothing this process says about itself: it uses only the outputs it gets back for inputs it chose,
@@ -256,6 +257,19 @@ class Worker:
 
         return graph.trace_named(self.ns, str(req["name"]))
 
+    def op_echo(self, req):
+        """The grader's check that a shared worker of course code still answers, and in turn."""
+        return req.get("token")
+
+    def op_forget(self, req):
+        """Drop what earlier gradings left: module handles, course parts built, autograd graphs, stand-ins."""
+        self.handles.clear()
+        self.modules.clear()
+        self.graphs.clear()
+        if "parts" in sys.modules:
+            sys.modules["parts"].install(self.ns, [], self.callback)
+        return None
+
     def op_flush(self, req):
         """Before a timed run on a GPU: cold L2 cache."""
         if DEVICE != "cpu":
@@ -305,8 +319,11 @@ def main():
         os.dup2(devnull, fd)
     _setup_torch()
     _bind_device()
-    with open(sys.argv[1]) as f:
-        cells = json.load(f)
+    write_message(proto_out, {"waiting": True})
+    try:
+        cells = read_message(proto_in)["cells"]
+    except (EOFError, ProtocolError, KeyError, TypeError):
+        return
     # Learner code may print to stderr: from here on it goes to /dev/null, what came before (import
     # errors of the worker itself) stays in the grading log.
     os.dup2(devnull, 2)

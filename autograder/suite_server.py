@@ -1,0 +1,200 @@
+"""A warm trusted process that runs the hidden suites of a batch, one learner after another.
+
+Starting a suite costs seconds: Python, torch, pytest and the suites to import, and three sandboxed workers
+to start. `autograder.hidden` hands each learner to this server instead, which pays most of that once:
+
+- it imports everything once; each learner's suite runs in a process forked from it, which never ran a
+  suite before and ends with it, so nothing of one learner's grading reaches the next one's;
+- that process is forked ahead, while the previous learner is graded, and starts the next learner's own
+  sandboxed worker (torch imported, waiting for its cells): a fresh worker for each learner, never reused;
+- the workers of course code (the reference of the speed comparisons, the server of the course's parts)
+  are started once per assignment and shared. Between learners, and again when a learner's suite starts,
+  each must answer a check in turn, within a second, and forget what the last learner left (module
+  handles, the course's parts it built); one that died, answers late or out of turn is not used, and the
+  server replaces it.
+
+It runs no learner code: that happens only in the sandboxed workers.  One JSON line per request on stdin,
+{"assignment", "out", "log", "env"}, one per reply on stdout: {"exit": code}, or {"exit": null} when the
+suite's process did not end by its deadline (it is killed).
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+
+ROLES = ("reference", "course parts")
+CHECK_S = 1.0                 # a shared worker answers its check within this, or is replaced
+
+
+def warm():
+    """Import what every suite process needs, once."""
+    import hypothesis  # noqa: F401
+    import pytest  # noqa: F401
+    import safetensors.torch  # noqa: F401
+    import torch  # noqa: F401
+
+    from autograder import hidden
+    from autograder.suites import conftest  # noqa: F401
+
+    for path in sorted(hidden.SUITES.glob("test_*.py")):
+        __import__(f"autograder.suites.{path.stem}")
+
+
+class Shared:
+    """The workers of course code shared by the learners of a batch, kept in this (the server's) process."""
+
+    def __init__(self):
+        self.workers: dict = {}          # (role, assignment) -> Learner
+
+    def get(self, assignment: str) -> dict:
+        """The healthy shared workers of `assignment`, by role, started or replaced as needed."""
+        from autograder.learner import Learner
+        from autograder.notebooks import learner_cells, read, source_notebook
+
+        for role in ROLES:
+            w = self.workers.get((role, assignment))
+            if w is not None and not healthy(w):
+                w.close()
+                w = None
+            if w is None:
+                w = Learner(learner_cells(read(source_notebook(assignment))), role=role)
+                w.start()
+                self.workers[(role, assignment)] = w
+        return {role: self.workers[(role, assignment)] for role in ROLES}
+
+    def pids(self) -> dict:
+        return {f"{role}/{asg}": w.proc.pid for (role, asg), w in self.workers.items() if w.proc is not None}
+
+    def close(self):
+        for w in self.workers.values():
+            w.close()
+
+
+def healthy(w) -> bool:
+    """A shared worker answers its check in turn and in time, and forgets the last learner's leftovers."""
+    from autograder.learner import LearnerError, WorkerDied
+
+    if not w.alive() or w.spawned:
+        return False
+    token = secrets.token_hex(8)
+    try:
+        ok = w.request({"op": "echo", "token": token}, timeout=CHECK_S, what="(check)", remember=False)["ok"] == token
+        return ok and w.request({"op": "forget"}, timeout=CHECK_S, what="(forget)", remember=False)["ok"] is None
+    except (WorkerDied, LearnerError, KeyError, TypeError):
+        return False
+
+
+def _child(read_fd: int, shared: dict, env: dict):
+    """The process of one learner's suite: it starts that learner's worker, then waits for the request."""
+    import resource
+
+    from autograder import config, hidden, learner
+    from autograder.suites import checks, conftest
+
+    os.setsid()
+    os.environ.update(env)
+    worker = learner.Learner([], role="learner")
+    try:
+        worker.spawn()
+    except learner.GraderFault:
+        worker = None                      # the suite starts one itself, and says why if it cannot
+    with os.fdopen(read_fd) as f:
+        line = f.readline()
+    if not line:
+        os._exit(0)
+    req = json.loads(line)
+    log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    if req["env"].get(config.ENV) != env.get(config.ENV) and worker is not None:
+        worker.close()                     # started under other limits
+        worker = None
+    os.environ.update(req["env"])
+    learner.STARTS.clear()
+    learner.NOTES.clear()
+    conftest.SHARED.clear()
+    # Checked again now: one that stopped answering since is not used (the suite starts its own).
+    conftest.SHARED.update({role: w for role, w in shared.items() if healthy(w)})
+    conftest.PRESTARTED[:] = [worker] if worker is not None else []
+    checks.new_grading()
+    memory = config.current().trusted_memory
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    try:
+        code = hidden._suite_main(req["assignment"], req["out"])
+    finally:
+        if worker is not None:
+            worker.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _fork(shared: dict, env: dict) -> tuple[int, int]:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(w)
+        try:
+            _child(r, shared, env)
+        finally:
+            os._exit(70)
+    os.close(r)
+    return pid, w
+
+
+def _wait(pid: int, deadline: float) -> int | None:
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.time() > deadline:
+            for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+                try:
+                    kill()
+                except ProcessLookupError:
+                    pass
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.02)
+
+
+def main():
+    warm()
+    shared = Shared()
+    ready = None                            # (pid, pipe, assignment, env) of the next learner's process
+    reply = os.fdopen(os.dup(1), "w")
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    try:
+        for line in sys.stdin:
+            req = json.loads(line)
+            if req.get("op") == "status":
+                reply.write(json.dumps({"shared": shared.pids()}) + "\n")
+                reply.flush()
+                continue
+            asg, env = req["assignment"], req["env"]
+            if ready is not None and ready[2] != asg:
+                os.close(ready[1])          # forked for another assignment: it ends at once
+                _wait(ready[0], time.time() + 30)
+                ready = None
+            if ready is None:
+                ready = (*_fork(shared.get(asg), env), asg, env)
+            pid, pipe = ready[0], ready[1]
+            os.write(pipe, (json.dumps(req) + "\n").encode())
+            os.close(pipe)
+            code = _wait(pid, float(req["deadline"]))
+            ready = (*_fork(shared.get(asg), env), asg, env)
+            reply.write(json.dumps({"exit": code}) + "\n")
+            reply.flush()
+    finally:
+        if ready is not None:
+            os.close(ready[1])
+            _wait(ready[0], time.time() + 30)
+        shared.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The warm suite process (autograder.suite_server) keeps every guarantee of a process per learner: each learner's
+worker is its own, a shared worker of course code that died or was slowed is replaced, and learners graded one
+after another get the scores each gets alone."""
+import os
+import signal
+
+import psutil
+import pytest
+
+from autograder import hidden, variants
+
+pytestmark = pytest.mark.xdist_group("pooling")
+PE = "positional_encoding"
+
+LEAVES = '''def sinusoidal_encoding(seq_len, d_model, base=10000.0):
+    return torch.zeros(seq_len, d_model)
+
+
+LEFT_BY_THE_FIRST = "learner one was here"
+open("/sandbox/left-by-the-first", "w").write(LEFT_BY_THE_FIRST)
+open("/tmp/left-by-the-first", "w").write(LEFT_BY_THE_FIRST)
+'''
+
+LOOKS = variants.reference_sources(PE)["sinusoidal_encoding"] + '''
+
+_found = [name for name in ("/sandbox/left-by-the-first", "/tmp/left-by-the-first") if __import__("os").path.exists(name)]
+if "LEFT_BY_THE_FIRST" in dir() or _found:
+    def sinusoidal_encoding(seq_len, d_model, base=10000.0):
+        raise RuntimeError(f"found what the learner before left: {_found}")
+'''
+
+
+def scores(grading):
+    assert grading.fault is None, f"{grading.fault}\n{grading.log[-3000:]}"
+    return {gid: v.score for gid, v in grading.verdicts.items()}
+
+
+def status():
+    return hidden._SERVERS[0].ask({"op": "status"})["shared"]
+
+
+def test_a_learner_never_sees_the_worker_of_the_one_before():
+    first = scores(hidden.grade(variants.submission(PE, {"sinusoidal_encoding": LEAVES}), PE))
+    assert first["sinusoidal_encoding_tests"] < 4
+    second = hidden.grade(variants.submission(PE, {"sinusoidal_encoding": LOOKS}), PE)
+    assert scores(second)["sinusoidal_encoding_tests"] == 4, second.verdicts["sinusoidal_encoding_tests"].failed
+    assert [role for role, _ in second.profile["workers"]].count("learner") == 1, "a worker of its own, started for it"
+
+
+def test_a_shared_worker_that_died_or_was_slowed_is_replaced():
+    full = scores(hidden.grade(variants.submission("attention"), "attention"))
+    assert full["scaled_dot_product_attention_tests"] == 5 and full["MultiHeadAttention_tests"] == 6
+    before = status()
+    os.kill(before["reference/attention"], signal.SIGKILL)
+    assert scores(hidden.grade(variants.submission("attention"), "attention")) == full
+    after = status()
+    assert after["reference/attention"] != before["reference/attention"], "the dead reference worker was replaced"
+    stopped = [after["course parts/attention"],
+               *(p.pid for p in psutil.Process(after["course parts/attention"]).children(recursive=True))]
+    for pid in stopped:                                              # alive, but it answers nothing in time
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        assert scores(hidden.grade(variants.submission("attention"), "attention")) == full
+        assert status()["course parts/attention"] != after["course parts/attention"], "the stopped worker was replaced"
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_learners_graded_one_after_another_get_what_each_gets_alone(monkeypatch):
+    """A mistake that the course's parts serve (the inverted mask), then a right answer: the shared workers carry
+    nothing from one to the next."""
+    bug = {v.name: v for v in variants.load("attention")}["sdpa_mask_inverted"].cells
+    batch = [scores(hidden.grade(variants.submission("attention", cells), "attention")) for cells in (bug, {})]
+    monkeypatch.setenv("GRADER_WARM_SUITE", "0")
+    alone = [scores(hidden.grade(variants.submission("attention", cells), "attention")) for cells in (bug, {})]
+    assert batch == alone
+    assert batch[1] == {"scaled_dot_product_attention_tests": 5.0, "causal_mask_tests": 2.0,
+                        "MultiHeadAttention_tests": 6.0, "blockwise_attention_tests": 5.0}
