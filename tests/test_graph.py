@@ -294,3 +294,44 @@ def test_command_line_draws_a_learners_notebook(tmp_path):
                         "--out", str(tmp_path / "tiny.json")], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((tmp_path / "tiny.json").read_text())["root"] == "TinyTransformer"
+
+
+# --- in the feedback ------------------------------------------------------------------------------------------
+
+UNTRACEABLE_BLOCK = '''class TransformerBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, norm_first=True):
+        super().__init__()
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.ff = FeedForward(d_model, d_ff)
+        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.norm_first = norm_first
+
+    def forward(self, x, mask=None):
+        if float(x.abs().max()) == 0:         # data-dependent Python control flow: torch.export cannot trace it
+            return x
+        if self.norm_first:
+            x = x + self.attn(self.norm1(x), mask=mask)
+            return x + self.ff(self.norm2(x))
+        x = self.norm1(x + self.attn(x, mask=mask))
+        return self.norm2(x + self.ff(x))
+'''
+
+
+def test_the_feedback_names_and_draws_a_learners_structure():
+    """Graded through the hidden suite: the learner's block traced in its worker, compared and drawn by the trusted
+    side, as an output of the graded cell; a block that cannot be traced gets a note and loses nothing for it."""
+    from autograder import hidden
+    from autograder.nbgrader_plugin import structure_output
+
+    swapped = {v.name: v for v in variants.load("residual")}["block_placement_swapped"]
+    grading = hidden.grade(variants.submission("residual", swapped.cells), "residual")
+    st = grading.structure["TransformerBlock_tests"]
+    assert any(STRUCTURAL["block_placement_swapped"][True] in d for d in st["differences"]), st["differences"]
+    out = structure_output(st)
+    assert "<svg" in out.data["text/html"] and STRUCTURAL["block_placement_swapped"][True] in out.data["text/plain"]
+
+    grading = hidden.grade(variants.submission("residual", {"TransformerBlock": UNTRACEABLE_BLOCK}), "residual")
+    assert grading.fault is None, grading.fault
+    st = grading.structure["TransformerBlock_tests"]
+    assert "could not be drawn" in st["note"], st
+    assert grading.verdicts["TransformerBlock_tests"].score == 5.0, grading.verdicts["TransformerBlock_tests"].failed

@@ -152,6 +152,22 @@ def module_targets(learner, reference_worker, name: str, *args, same_weights: bo
     return Target(learner, name, mine.handle), Target(reference_worker, name, ref.handle)
 
 
+def speed_ratios(learner_target: Target, reference_target: Target, inputs: list[dict], calls: int = 1,
+                 kwargs: dict | None = None, factor: float = SPEED_FACTOR, same_output: bool = True,
+                 attempts: int = 3) -> tuple[list[float], str | None]:
+    """(the ratios measured, the mismatch of a wrong output if any), by the rule of `fast_enough`."""
+    ratios = []
+    for _ in range(attempts):
+        result = compare(learner_target, reference_target, inputs, kwargs=kwargs, calls=calls,
+                         same_output=same_output, limit=factor)
+        if result.mismatch is not None:
+            return ratios, result.mismatch
+        ratios.append(result.ratio)
+        if result.ratio <= factor or result.ratio >= 2 * factor:
+            break
+    return ratios, None
+
+
 def fast_enough(learner_target: Target, reference_target: Target, inputs: list[dict], what: str,
                 calls: int = 1, kwargs: dict | None = None, factor: float = SPEED_FACTOR, same_output: bool = True,
                 attempts: int = 3):
@@ -160,14 +176,9 @@ def fast_enough(learner_target: Target, reference_target: Target, inputs: list[d
     A ratio over `factor` but under twice it is measured again on new inputs, up to `attempts` times, and the
     best one counts: a burst of load on a shared machine (another process, a hypervisor taking the core) slows
     single runs, never every measurement, while a loop is slow in all of them."""
-    ratios = []
-    for _ in range(attempts):
-        result = compare(learner_target, reference_target, inputs, kwargs=kwargs, calls=calls,
-                         same_output=same_output, limit=factor)
-        check(result.mismatch is None, f"{what}: {result.mismatch}")
-        ratios.append(result.ratio)
-        if result.ratio <= factor or result.ratio >= 2 * factor:
-            break
+    ratios, mismatch = speed_ratios(learner_target, reference_target, inputs, calls, kwargs, factor, same_output,
+                                    attempts)
+    check(mismatch is None, f"{what}: {mismatch}")
     if min(ratios) <= factor:
         return
     best = f"the best of {len(ratios)} measurements" if len(ratios) > 1 else "far over it, so measured once"
