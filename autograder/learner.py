@@ -74,6 +74,7 @@ class Learner:
         self.owner = os.getpid()                  # the process that started the worker (its parent)
         self.spawned = False                      # a worker waits for its cells
         self._last_death = ""
+        self.last_stderr = ""                     # the worker's stderr when it last ended or hung
         self.ready: dict = {}
         self.start_failure: str | None = None    # the worker cannot start at all
         self.broken_cells: dict[str, str] = {}   # cell id -> why loading it ended the process
@@ -110,7 +111,10 @@ class Learner:
         try:
             msg = self._read(self._left(self.settings.cell_timeout), during="while the grader's worker started")
         except WorkerDied as e:
-            log = self.stderr_tail()
+            if time.time() >= self.deadline:   # the budget ran out: the learner's doing, not a fault
+                self._die()
+                raise
+            log = self.stderr_tail() or self.last_stderr
             self._die()
             raise GraderFault(f"the grader's worker failed before running any of your code ({e}); its stderr:\n{log}") from None
         if msg != {"waiting": True}:
@@ -235,7 +239,7 @@ class Learner:
             return ""
 
     def _log_stderr(self, during: str):
-        text = self.stderr_tail().strip()
+        text = self.last_stderr = self.stderr_tail().strip()      # kept: the sandbox and its file go next
         if text:
             sys.stderr.write(f"grader: the worker's stderr {during}:\n{text[-4000:]}\n")
 
