@@ -16,14 +16,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 
-import psutil
 import pytest
 
 from autograder import classgrade, config, grade, hidden, variants
 from conftest import ASSIGNMENTS, ROOT
+from test_feedback import SUITE, peak_memory
 
 pytestmark = pytest.mark.xdist_group("faults")
 ASG = "positional_encoding"
@@ -164,35 +163,15 @@ def sinusoidal_encoding(seq_len, d_model, base=10000.0):
 '''
 
 
-def _suite_peak(grade_fn) -> tuple[object, int]:
-    """(what grade_fn returns, the peak resident memory of the trusted suite process while it ran)."""
-    peak, stop = [0], threading.Event()
-
-    def poll():
-        while not stop.is_set():
-            for p in psutil.Process().children(recursive=True):
-                try:
-                    if "autograder.hidden" in p.cmdline():
-                        with open(f"/proc/{p.pid}/status") as f:
-                            hwm = next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM"))
-                        peak[0] = max(peak[0], hwm)
-                except (psutil.Error, OSError, StopIteration):
-                    pass
-            time.sleep(0.05)
-
-    t = threading.Thread(target=poll, daemon=True)
-    t.start()
-    try:
-        return grade_fn(), peak[0]
-    finally:
-        stop.set()
-        t.join()
-
-
 def test_a_giant_frame_is_refused_unread():
-    honest, honest_peak = _suite_peak(lambda: hidden.grade(variants.submission(ASG), ASG))
-    giant, giant_peak = _suite_peak(lambda: hidden.grade(variants.submission(ASG, {"sinusoidal_encoding": GIANT_FRAME}),
-                                                         ASG))
+    """The trusted suite process's peak memory (polled from outside) with a worker that sends 1 GiB stays within
+    64 MiB of its peak with an honest one, and the learner is told why that part failed."""
+    suite = {"suite": SUITE}
+    honest, _, honest_peak = peak_memory(lambda: hidden.grade(variants.submission(ASG), ASG), suite)
+    giant, _, giant_peak = peak_memory(lambda: hidden.grade(variants.submission(ASG, {"sinusoidal_encoding": GIANT_FRAME}),
+                                                            ASG), suite)
+    honest_peak, giant_peak = honest_peak.get("suite", 0), giant_peak.get("suite", 0)
+    print(f"\nthe suite process's peak: {honest_peak >> 20} MiB honest, {giant_peak >> 20} MiB with a 1 GiB frame")
     assert honest.fault is None and giant.fault is None, giant.fault
     assert honest_peak > 0 and giant_peak < honest_peak + (64 << 20), (honest_peak >> 20, giant_peak >> 20)
     v = giant.verdicts["sinusoidal_encoding_tests"]
