@@ -1,8 +1,9 @@
 """Execute a learner's notebook inside the sandbox, to record its outputs for the feedback.
 
-Runs as `python execute.py IN.ipynb CELL_TIMEOUT MAX_CHARS MAX_BYTES MAX_OUTPUTS`.  The kernel and this
-client both live inside the sandbox.  Once the kernel is ready, before any of the learner's code runs,
-it writes `{"ready": true}` to its stdout; after each code cell, one line of JSON,
+Runs as `python execute.py CELL_TIMEOUT MAX_CHARS MAX_BYTES MAX_OUTPUTS`.  The kernel and this
+client both live inside the sandbox.  Once the kernel is ready (torch imported), before any of the
+learner's code runs, it writes `{"ready": true}` to its stdout and reads the notebook from its stdin,
+so that a kernel can be made ready before its learner is known; after each code cell, one line of JSON,
 `{"index": i, "outputs": [...]}`, so the trusted side keeps what ran before a kill or a limit, reads
 no more than it allows, and never reads a file the sandbox wrote.  A cell that raises, hangs past its
 timeout, or kills its kernel gets an error output that says so; execution goes on with a fresh kernel
@@ -94,22 +95,27 @@ class Client(NotebookClient):
 
 
 def main():
-    src, timeout, max_chars, max_bytes, max_outputs = (sys.argv[1], int(float(sys.argv[2])), int(sys.argv[3]),
-                                                       int(sys.argv[4]), int(sys.argv[5]))
+    timeout, max_chars, max_bytes, max_outputs = (int(float(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3]),
+                                                  int(sys.argv[4]))
     out = os.fdopen(os.dup(1), "w")        # private: the kernel (learner code) inherits /dev/null as stdout
-    devnull = os.open(os.devnull, os.O_WRONLY)
+    devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)
 
     def send(msg: dict):
         out.write(json.dumps(msg) + "\n")
         out.flush()
 
-    nb = nbformat.read(src, as_version=4)
-    client = Client(nb, timeout=timeout, startup_timeout=timeout, allow_errors=True, interrupt_on_timeout=True,
-                    kernel_name="python3", record_timing=False, resources={"metadata": {"path": "."}})
+    client = Client(nbformat.v4.new_notebook(), timeout=timeout, startup_timeout=timeout, allow_errors=True,
+                    interrupt_on_timeout=True, kernel_name="python3", record_timing=False,
+                    resources={"metadata": {"path": "."}})
     client.max_bytes, client.max_outputs, client.dropped = max_bytes, max_outputs, {}
     with client.setup_kernel():            # returns once the kernel is ready
+        # Made ready ahead of its learner: torch imported before any notebook is known (the course's setup
+        # cells import it first anyway), then the notebook arrives on stdin.
+        run_sync(client.kc.execute_interactive)("import torch", silent=True, store_history=False, timeout=timeout)
         send({"ready": True})
+        nb = client.nb = nbformat.reads(sys.stdin.read(), as_version=4)
+        os.dup2(devnull, 0)                # nothing more comes in: the grader's pipe is closed here
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue

@@ -74,6 +74,7 @@ class Learner:
         self.owner = os.getpid()                  # the process that started the worker (its parent)
         self.spawned = False                      # a worker waits for its cells
         self._last_death = ""
+        self.last_code: int | None = None          # the exit code of the last worker that ended
         self.last_stderr = ""                     # the worker's stderr when it last ended or hung
         self.ready: dict = {}
         self.start_failure: str | None = None    # the worker cannot start at all
@@ -99,6 +100,8 @@ class Learner:
         worker can be spawned before its learner is known).  No learner code has run yet, so a worker that
         cannot get this far is the grader's fault."""
         self.close()
+        self.last_code = None
+        self._left(0.0)
         try:
             self.sandbox = Sandbox(self.limits)
         except (SandboxUnavailable, OSError) as e:
@@ -110,13 +113,14 @@ class Learner:
         self.owner = os.getpid()
         try:
             msg = self._read(self._left(self.settings.cell_timeout), during="while the grader's worker started")
-        except WorkerDied as e:
+        except WorkerDied:
             if time.time() >= self.deadline:   # the budget ran out: the learner's doing, not a fault
                 self._die()
                 raise
             log = self.stderr_tail() or self.last_stderr
             self._die()
-            raise GraderFault(f"the grader's worker failed before running any of your code ({e}); its stderr:\n{log}") from None
+            raise GraderFault(f"the grader's worker ended before running any learner code ({self._ended()}); "
+                              f"its stderr:\n{log}") from None
         if msg != {"waiting": True}:
             self._die()
             raise GraderFault("the grader's worker did not start as expected")
@@ -221,12 +225,17 @@ class Learner:
             self.deaths += 1
             self._last_death = f"your code sent the grader something it cannot read {during} ({str(e)[:200]})"
         except (EOFError, OSError):
-            code = self._exit_code()
+            code = self.last_code = self._exit_code()
             self._log_stderr(during)
             self._die()
             self.deaths += 1
             self._last_death = _death_message(code, during)
         raise WorkerDied(self._last_death) from None
+
+    def _ended(self) -> str:
+        """How the worker ended, in the grader's words (not the learner's)."""
+        code = self.last_code
+        return ("no exit code" if code is None else f"killed by signal {-code}" if code < 0 else f"exit code {code}")
 
     def stderr_tail(self, limit: int = 16 << 10) -> str:
         """The end of what the worker wrote to stderr before learner code ran (its imports, its start)."""
@@ -294,6 +303,7 @@ class Learner:
         (unless `remember` is off: each call of a course part is a call of its own)."""
         if remember and what in self.broken_calls:
             raise WorkerDied(self.broken_calls[what])
+        self._left(0.0)                       # past the budget, nothing more is started or sent
         if not self.alive() or self.spawned:
             self.start()
         name = req.get("name")

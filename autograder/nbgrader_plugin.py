@@ -18,6 +18,8 @@ Every limit comes from `autograder.config` (`c.Grader.<name>` in nbgrader_config
 """
 from __future__ import annotations
 
+import atexit
+import contextlib
 import html
 import json
 import re
@@ -78,6 +80,45 @@ class SubmissionReader(NotebookExporter):
         return self.from_notebook_node(nb, resources=resources, **kw)
 
 
+class _Kernels:
+    """The next learner's notebook kernel, made ready in its own sandbox (torch imported, waiting for a notebook)
+    while this one's is graded: each learner gets a fresh one, never used before."""
+
+    def __init__(self):
+        self.ready = None                     # (settings, wall, Sandbox, Popen)
+        atexit.register(self.discard)
+
+    @staticmethod
+    def _start(s: config.Settings, wall: float):
+        try:
+            sb = Sandbox(Limits.of(s, wall_s=wall))
+        except (SandboxUnavailable, OSError) as e:
+            raise GraderFault(f"the sandbox could not be set up: {e}") from None
+        return sb, sb.start([sb.inside(sb.files / "execute.py"), str(s.cell_timeout), str(s.max_cell_output_chars),
+                             str(s.max_cell_output_bytes), str(s.max_outputs_per_cell)])
+
+    def take(self, s: config.Settings, wall: float):
+        ready, self.ready = self.ready, None
+        if ready is not None and ready[:2] == (s, wall) and ready[3].poll() is None:
+            return ready[2], ready[3]
+        if ready is not None:
+            ready[2].close()
+        return self._start(s, wall)
+
+    def prepare(self, s: config.Settings, wall: float):
+        self.discard()
+        with contextlib.suppress(GraderFault):
+            self.ready = (s, wall, *self._start(s, wall))
+
+    def discard(self):
+        if self.ready is not None:
+            self.ready[2].close()
+            self.ready = None
+
+
+_kernels = _Kernels()
+
+
 class SandboxedExecute(NbGraderPreprocessor):
     """Execute the notebook inside the sandbox and keep only the outputs it produced, capped and sanitized."""
 
@@ -86,17 +127,13 @@ class SandboxedExecute(NbGraderPreprocessor):
         started = time.time()
         resources[DEADLINE] = started + s.learner_budget
         wall = min(s.notebook_timeout, s.learner_budget)
-        try:
-            sb = Sandbox(Limits.of(s, wall_s=wall))
-        except (SandboxUnavailable, OSError) as e:
-            raise GraderFault(f"the sandbox could not be set up: {e}") from None
+        sb, proc = _kernels.take(s, wall)
         with sb:
             missing = sb.missing()
             if missing:
                 self.log.warning("sandbox: this grading lacks %s", "; ".join(missing))
-            src = sb.put("submission.ipynb", nbformat.writes(nb))
-            run = sb.run([sb.inside(sb.files / "execute.py"), src, str(s.cell_timeout), str(s.max_cell_output_chars),
-                          str(s.max_cell_output_bytes), str(s.max_outputs_per_cell)], stdout_limit=s.max_notebook_bytes)
+            run = sb.finish(proc, s.max_notebook_bytes, nbformat.writes(nb).encode())
+        _kernels.prepare(s, wall)
         lines = run.stdout.splitlines()
         if not lines or _json(lines[0]) != {"ready": True}:
             # Nothing of the learner's had run: the sandbox or its kernel could not start.

@@ -317,17 +317,26 @@ class Sandbox:
         self.procs.append(proc)
         return proc
 
-    def run(self, argv: list[str], stdout_limit: int) -> "Run":
-        """Run to completion within the wall-clock limit, reading at most `stdout_limit` bytes of its output
-        (the process is killed when it writes more)."""
-        proc = self.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        err = Tail(proc.stderr)
-        out = bytearray()
-        deadline = time.monotonic() + self.limits.wall_s
-        timed_out = over = False
-        fd = proc.stdout.fileno()
+    def start(self, argv: list[str]) -> subprocess.Popen:
+        """Start a process that `finish` will feed and read (it may start long before: a kernel made ready ahead)."""
+        proc = self.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc.tail = Tail(proc.stderr)
+        return proc
+
+    def finish(self, proc: subprocess.Popen, stdout_limit: int, send: bytes = b"") -> "Run":
+        """Write `send` to the process, then read at most `stdout_limit` bytes of its output (it is killed when it
+        writes more) within the wall-clock limit, counted from now; then kill everything the sandbox started."""
         import select
 
+        timed_out = over = False
+        try:
+            proc.stdin.write(send)
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            pass
+        out = bytearray()
+        deadline = time.monotonic() + self.limits.wall_s
+        fd = proc.stdout.fileno()
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -346,7 +355,11 @@ class Sandbox:
                 break
         self.kill()
         proc.stdout.close()
-        return Run(proc.returncode, bytes(out), err.text(wait=2.0), timed_out, over)
+        return Run(proc.returncode, bytes(out), proc.tail.text(wait=2.0), timed_out, over)
+
+    def run(self, argv: list[str], stdout_limit: int, send: bytes = b"") -> "Run":
+        """Run to completion within the wall-clock limit (see `finish`)."""
+        return self.finish(self.start(argv), stdout_limit, send)
 
     # -- measurement from outside -------------------------------------------------------------------
     def cpu_seconds(self) -> float | None:

@@ -8,7 +8,8 @@ to start. `autograder.hidden` hands each learner to this server instead, which p
 - that process is forked ahead, while the previous learner is graded, and starts the next learner's own
   sandboxed worker (torch imported, waiting for its cells): a fresh worker for each learner, never reused;
 - the workers of course code (the reference of the speed comparisons, the server of the course's parts)
-  are started once per assignment and shared. Between learners, and again when a learner's suite starts,
+  that an assignment's suite turns out to use (its first learner's suite starts its own) are started once
+  and shared. Between learners, and again when a learner's suite starts,
   each must answer a check in turn, within a second, and forget what the last learner left (module
   handles, the course's parts it built); one that died, answers late or out of turn is not used, and the
   server replaces it.
@@ -49,13 +50,23 @@ class Shared:
 
     def __init__(self):
         self.workers: dict = {}          # (role, assignment) -> Learner
+        self.used: dict = {}             # assignment -> the roles its suite was seen to start for itself
+
+    def saw(self, assignment: str, out: str):
+        """After a learner's suite: the roles it started workers for (it had none shared) are shared from now on."""
+        try:
+            with open(out) as f:
+                roles = {role for role, _ in json.load(f)["profile"]["workers"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        self.used.setdefault(assignment, set()).update(roles & set(ROLES))
 
     def get(self, assignment: str) -> dict:
         """The healthy shared workers of `assignment`, by role, started or replaced as needed."""
         from autograder.learner import Learner
         from autograder.notebooks import learner_cells, read, source_notebook
 
-        for role in ROLES:
+        for role in sorted(self.used.get(assignment, ())):
             w = self.workers.get((role, assignment))
             if w is not None and not healthy(w):
                 w.close()
@@ -64,7 +75,7 @@ class Shared:
                 w = Learner(learner_cells(read(source_notebook(assignment))), role=role)
                 w.start()
                 self.workers[(role, assignment)] = w
-        return {role: self.workers[(role, assignment)] for role in ROLES}
+        return {role: self.workers[(role, assignment)] for role in self.used.get(assignment, ())}
 
     def pids(self) -> dict:
         return {f"{role}/{asg}": w.proc.pid for (role, asg), w in self.workers.items() if w.proc is not None}
@@ -75,10 +86,11 @@ class Shared:
 
 
 def healthy(w) -> bool:
-    """A shared worker answers its check in turn and in time, and forgets the last learner's leftovers."""
+    """A shared worker answers its check in turn and in time, and forgets the last learner's leftovers; it has
+    used less than half the CPU time its processes may (so that it never reaches that limit during a grading)."""
     from autograder.learner import LearnerError, WorkerDied
 
-    if not w.alive() or w.spawned:
+    if not w.alive() or w.spawned or w.cpu_seconds() > w.limits.cpu_s / 2:
         return False
     token = secrets.token_hex(8)
     try:
@@ -96,11 +108,12 @@ def _child(read_fd: int, shared: dict, env: dict):
     from autograder.suites import checks, conftest
 
     os.setsid()
-    os.environ.update(env)
+    os.environ.update({k: v for k, v in env.items() if k != "GRADER_DEADLINE"})
+    os.environ.pop("GRADER_DEADLINE", None)
     worker = learner.Learner([], role="learner")
     try:
         worker.spawn()
-    except learner.GraderFault:
+    except (learner.GraderFault, learner.WorkerDied):
         worker = None                      # the suite starts one itself, and says why if it cannot
     with os.fdopen(read_fd) as f:
         line = f.readline()
@@ -183,9 +196,15 @@ def main():
             if ready is None:
                 ready = (*_fork(shared.get(asg), env), asg, env)
             pid, pipe = ready[0], ready[1]
-            os.write(pipe, (json.dumps(req) + "\n").encode())
+            try:
+                os.write(pipe, (json.dumps(req) + "\n").encode())
+            except OSError:                 # it ended before its request: a fresh one takes it
+                _wait(pid, time.time() + 30)
+                pid, pipe = _fork(shared.get(asg), env)
+                os.write(pipe, (json.dumps(req) + "\n").encode())
             os.close(pipe)
             code = _wait(pid, float(req["deadline"]))
+            shared.saw(asg, req["out"])
             ready = (*_fork(shared.get(asg), env), asg, env)
             reply.write(json.dumps({"exit": code}) + "\n")
             reply.flush()

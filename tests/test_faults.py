@@ -57,7 +57,7 @@ def faults(tmp_path_factory):
         "suite_hangs": ({"GRADER_SUITES_DIR": _suites(suites, "hangs", HANGING_SUITE), "GRADER_LEARNER_BUDGET": "60",
                          "GRADER_GRACE": "5"},
                         "the hidden suite did not finish in time", None),
-        "worker_fails": ({"GRADER_THREADS": "0"}, "the grader's worker failed before running any of your code",
+        "worker_fails": ({"GRADER_THREADS": "0"}, "the grader's worker ended before running any learner code",
                          "set_num_threads expects a positive integer"),
         "no_sandbox": ({"GRADER_PROCESSES": "1"}, "the notebook's kernel did not start in the sandbox",
                        "bwrap: Creating new namespace failed"),
