@@ -1,15 +1,17 @@
-"""Grade a whole class in parallel: one real `nbgrader autograde --student=<learner>` per Dask task.
+"""Grade a whole class in parallel: real `nbgrader autograde` runs, each for a group of learners, as Dask tasks.
 
     python -m autograder.classgrade ASSIGNMENT [--scheduler ADDRESS] [--workers N] [--grading-dir DIR]
-                                    [--learners A,B,...] [--timeout S] [--retries N]
+                                    [--learners A,B,...] [--timeout S] [--retries N] [--group N]
                                     [--no-feedback] [--no-report] [--no-progress]
 
-Every learner who submitted the assignment (a folder `<grading-dir>/submitted/<learner>/<assignment>/`)
-becomes one task on Dask distributed.  The task runs nbgrader's own command for that learner only,
-`nbgrader autograde ASSIGNMENT --force --student=<learner>` (through `autograder.grade.autograde`),
-as a subprocess of the Dask worker, so the sandboxed execution and the hidden suites run exactly
-as in a serial `nbgrader autograde`; the task returns only a small record (exit code, seconds,
-reason of a failure).  Then `nbgrader generate_feedback` runs for the graded learners, split into
+The learners who submitted the assignment (a folder `<grading-dir>/submitted/<learner>/<assignment>/`)
+are split into groups (by default two per worker, for balance), and each group becomes one task on Dask
+distributed.  The task runs nbgrader's own command for that group only, `nbgrader autograde ASSIGNMENT
+--force` with every other learner excluded (through `autograder.grade.autograde`), as a subprocess of the
+Dask worker, so the sandboxed execution and the hidden suites run exactly as in a serial `nbgrader
+autograde`, and the group shares one warm suite process and kernels made ready ahead; the task returns
+only a small record per learner (exit code, seconds, reason of a failure).  A learner whose grading met
+a gradebook lock or did not end is graded again alone.  Then `nbgrader generate_feedback` runs for the graded learners, split into
 one task per worker, and the class report (`autograder.report`) is written into
 `<grading-dir>/report/<assignment>/`.  A progress bar with the estimated time left runs on stderr;
 a summary (graded, failed with reasons, wall time, mean time per learner) ends on stdout.
@@ -87,6 +89,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import random
 import re
@@ -320,6 +323,73 @@ def autograde_learner(grading_dir: str, assignment: str, learner: str, url: str,
                               failure_kind(text, watchdog.fired)))
 
 
+ERROR_FOR = "There was an error processing assignment '{}' for student '([^']+)'"
+
+
+def _sections(text: str, assignment: str, learners: list[str]) -> dict[str, str]:
+    """The lines of a group's nbgrader log that concern each learner (nbgrader names their folders)."""
+    marks = {learner: (f"/submitted/{learner}/{assignment}", f"/autograded/{learner}/{assignment}")
+             for learner in learners}
+    out: dict[str, list[str]] = {learner: [] for learner in learners}
+    current = None
+    for line in text.splitlines():
+        for learner, names in marks.items():
+            if any(n in line for n in names):
+                current = learner
+                break
+        if current is not None:
+            out[current].append(line)
+    return {learner: "\n".join(lines) for learner, lines in out.items()}
+
+
+def autograde_learners(grading_dir: str, assignment: str, learners: list[str], everyone: list[str], url: str,
+                       timeout: float | None = None, retries: int = DEFAULT_RETRIES, extra: tuple = (),
+                       env: dict | None = None) -> list[dict]:
+    """The Dask task for a group of learners: one `nbgrader autograde` for all of them, so that its warm suite
+    process, the kernels it makes ready ahead and nbgrader's own start serve the whole group; a learner whose
+    grading met a lock error, or did not end because the group was stopped, is graded again alone
+    (`autograde_learner`). `timeout` is per learner; the group may take that many times it."""
+    if len(learners) == 1:
+        return [autograde_learner(grading_dir, assignment, learners[0], url, timeout, retries, extra, env)]
+    timeout = timeout or config.course().learner_timeout
+    grading_dir = Path(grading_dir)
+    log = grading_dir / "logs" / assignment / f"group-{learners[0]}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    others = [x for x in everyone if x not in learners]
+    t0, began = time.monotonic(), time.time()
+    with open(log, "w") as f:
+        f.write(f"== nbgrader autograde {assignment} for {', '.join(learners)}\n")
+        f.flush()
+        watchdog = _Watchdog(timeout * len(learners), "autograde")
+        try:
+            r = grade.autograde(grading_dir, assignment, extra=(*extra, *(
+                                [f"--CourseDirectory.student_id_exclude={','.join(others)}"] if others else [])),
+                                env_extra={**(env or {}), "GRADEBOOK_URL": url},
+                                stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        finally:
+            watchdog.cancel()
+    text = log.read_text(errors="replace")
+    share = round((time.monotonic() - t0) / len(learners), 2)
+    failed = set(re.findall(ERROR_FOR.format(re.escape(assignment)), text))
+    sections = _sections(text, assignment, learners)
+    outcomes = []
+    for learner in learners:
+        done = grading_dir / "autograded" / learner / assignment / f"{assignment}.ipynb"
+        section = sections[learner]
+        own = log_path(grading_dir, assignment, learner)
+        own.write_text(f"== part of {log.name}\n{section}\n")
+        if done.exists() and done.stat().st_mtime >= began - 1 and learner not in failed:
+            outcomes.append(asdict(Outcome(learner, True, 0, share, log=str(own))))
+        elif watchdog.fired or learner not in failed or LOCK_ERROR.search(section):
+            # stopped with its group, not graded without a word from nbgrader, or a lock: on its own again
+            outcomes.append(autograde_learner(str(grading_dir), assignment, learner, url, timeout, retries, extra, env))
+        else:
+            reason, errors = failure_reason(section, r.returncode)
+            outcomes.append(asdict(Outcome(learner, False, r.returncode, share, 1, reason, errors, str(own),
+                                           failure_kind(section, False))))
+    return outcomes
+
+
 def feedback_learners(grading_dir: str, assignment: str, url: str, learners: list[str],
                       others: list[str]) -> dict:
     """The Dask task: `nbgrader generate_feedback` for `learners` (every learner but `others`)."""
@@ -396,9 +466,10 @@ def grade_class(assignment: str, grading_dir: Path = grade.DEFAULT_DIR, schedule
                 workers: int | None = None, learners: list[str] | None = None, url: str | None = None,
                 timeout: float | None = None, retries: int = DEFAULT_RETRIES, extra: tuple = (),
                 env: dict | None = None, feedback: bool = True, report: bool = True, progress: bool = True,
-                out=None) -> ClassResult:
+                out=None, group: int | None = None) -> ClassResult:
     """Autograde every submitted learner in parallel, then feedback and the report; print a summary.
-    `timeout`: seconds one learner may take (default: the course's `learner_timeout`, autograder.config)."""
+    `timeout`: seconds one learner may take (default: the course's `learner_timeout`, autograder.config).
+    `group`: learners per nbgrader run (default: enough groups for two per worker, for balance)."""
     out = out or sys.stdout
     timeout = timeout or config.course().learner_timeout
     grading_dir = Path(grading_dir).resolve()
@@ -413,23 +484,26 @@ def grade_class(assignment: str, grading_dir: Path = grade.DEFAULT_DIR, schedule
     with dask_client(scheduler, workers) as client:
         n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
         run = f"{time.time_ns():x}"
-        task = portable("autograde_learner")
-        futures = {client.submit(task, str(grading_dir), assignment, name, url, timeout, retries, tuple(extra), env,
-                                 key=f"autograde-{assignment}-{name}-{run}", pure=False): name
-                   for name in names}
+        task = portable("autograde_learners")
+        size = group or max(1, math.ceil(len(names) / (2 * n_workers)))
+        groups = [names[i:i + size] for i in range(0, len(names), size)]
+        futures = {client.submit(task, str(grading_dir), assignment, chunk, names, url, timeout, retries, tuple(extra),
+                                 env, key=f"autograde-{assignment}-{chunk[0]}-{run}", pure=False): chunk
+                   for chunk in groups}
         outcomes = []
         with _bar(len(names), f"autograde {assignment} on {n_workers} workers", progress) as bar:
             for fut in as_completed(futures):
-                name = futures[fut]
+                chunk = futures[fut]
                 try:
-                    o = Outcome(**fut.result())
+                    done = [Outcome(**o) for o in fut.result()]
                 except Exception as e:  # noqa: BLE001 - the task itself failed (worker lost, not importable)
-                    o = Outcome(name, False, None, 0.0, 1, f"the grading task failed: {type(e).__name__}: {e}"[:300],
-                                kind=GRADER)
-                outcomes.append(o)
-                bar.update(1)
-                if not o.ok:
-                    bar.write(f"{o.kind}: {o.learner}: {o.reason}", file=sys.stderr)
+                    done = [Outcome(name, False, None, 0.0, 1, f"the grading task failed: {type(e).__name__}: {e}"[:300],
+                                    kind=GRADER) for name in chunk]
+                outcomes += done
+                bar.update(len(done))
+                for o in done:
+                    if not o.ok:
+                        bar.write(f"{o.kind}: {o.learner}: {o.reason}", file=sys.stderr)
                 bar.set_postfix_str(f"{sum(not x.ok for x in outcomes)} failed" if not all(x.ok for x in outcomes)
                                     else "", refresh=False)
         grading_s = time.monotonic() - t0
@@ -509,13 +583,14 @@ def main(argv: list[str] | None = None) -> int:
                                                  "and twice the grace, from nbgrader_config.py)")
     p.add_argument("--retries", type=int, default=DEFAULT_RETRIES,
                    help="grade a learner again this many times after a gradebook lock error")
+    p.add_argument("--group", type=int, help="learners per nbgrader run (default: two groups per worker)")
     p.add_argument("--no-feedback", action="store_true")
     p.add_argument("--no-report", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
     r = grade_class(a.assignment, a.grading_dir, scheduler=a.scheduler, workers=a.workers,
                     learners=a.learners.split(",") if a.learners else None, timeout=a.timeout, retries=a.retries,
-                    feedback=not a.no_feedback, report=not a.no_report, progress=not a.no_progress)
+                    feedback=not a.no_feedback, report=not a.no_report, progress=not a.no_progress, group=a.group)
     return 0 if r.ok else 1
 
 
