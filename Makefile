@@ -71,10 +71,13 @@ $(VIZ_JS): package.json package-lock.json
 test: install $(CHROMIUM) postgres graphviz $(VIZ_JS)
 	$(BIN)/pytest -n 2 --dist loadgroup tests
 
-# Measurements, not pass/fail: speed against torch's own layers, memory, calibration, grading time,
-# gradebook locking under concurrent writers, a class of 30 graded serially and on Dask (about 2 h).
+# Measurements, not pass/fail: speed against torch's own layers, memory, the speed check's calibration,
+# where one notebook's grading time goes, trusted grading against plain nbgrader on the same notebooks,
+# gradebook locking under concurrent writers, a class of 30 learners x every assignment on Dask.
 bench: install
 	$(PY) bench/speed.py
+	$(PY) bench/profile.py
+	$(PY) bench/plain_nbgrader.py --rounds 2 --learners 3
 	$(PY) bench/gradebook_locks.py --procs 8 16 32 --learners 2
 	$(PY) bench/class_grading.py $(ASSIGNMENTS)
 

@@ -1,19 +1,19 @@
-"""Serial `nbgrader autograde` against parallel `autograder.classgrade`, on a synthetic class.
+"""A synthetic class graded by `autograder.classgrade` (and, with `--serial`, by one serial `nbgrader autograde`).
 
     .venv/bin/python bench/class_grading.py [ASSIGNMENT ...] [--learners 30] [--workers N]
-                                            [--serial-sample M] [--no-serial] [--out FILE]
+                                            [--serial] [--serial-sample M] [--out FILE]
 
 For each assignment (default: every one under solutions/ that has a hidden suite), a class of
 `--learners` synthetic learners: the reference answer, the known correct and buggy answers of
 `examples/variants/<assignment>.py`, the unanswered release, and three broken submissions — a
 solution cell that never ends (`while True: pass`), a file that is not JSON, and a submission
-folder without the notebook (nbgrader cannot grade it: a failed learner).  The same class is graded
+folder without the notebook (nbgrader cannot grade it: a failed learner).  The class is graded
 
-- serially, with the plain `nbgrader autograde ASSIGNMENT` + `nbgrader generate_feedback`, one
-  learner after another in one process (with `--serial-sample M`, only the first M learners, and
-  the serial time for the whole class is extrapolated from them, and said to be);
 - in parallel, with `python -m autograder.classgrade` on a LocalCluster (`--workers`, default one
   per core), feedback and class report included;
+- with `--serial`, also with the plain `nbgrader autograde ASSIGNMENT` + `nbgrader generate_feedback`,
+  one learner after another in one process (with `--serial-sample M`, only the first M learners, and
+  the serial time for the whole class is extrapolated from them, and said to be);
 
 each into a fresh grading folder with its own SQLite gradebook, with the same shortened sandbox
 time limits (so the never-ending cell costs 20 s, not minutes).  It prints the wall times, their
@@ -33,14 +33,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder import classgrade, grade, hidden, report, variants  # noqa: E402
+from autograder import classgrade, grade, hidden, variants  # noqa: E402
 from autograder.notebooks import is_solution  # noqa: E402
 from autograder.release import nbgrader  # noqa: E402
 
 # The same limits for both runs: a never-ending cell is stopped after 20 s, in the notebook run and
-# in the hidden suite's worker.
-EXTRA = ("--SandboxedExecute.cell_timeout=20", "--SandboxedExecute.total_timeout=120")
-ENV = {"GRADER_CELL_TIMEOUT": "20", "GRADER_CALL_TIMEOUT": "15"}
+# in the hidden suite's worker (autograder.config, through its environment overrides).
+EXTRA = ()
+ENV = {"GRADER_CELL_TIMEOUT": "20", "GRADER_CALL_TIMEOUT": "15", "GRADER_NOTEBOOK_TIMEOUT": "120"}
 NOT_JSON = b'{"cells": [ {"cell_type": "code", this is not json'
 
 
@@ -116,8 +116,8 @@ def main():
     p.add_argument("assignments", nargs="*")
     p.add_argument("--learners", type=int, default=30)
     p.add_argument("--workers", type=int, help="local Dask workers (default: one per core)")
+    p.add_argument("--serial", action="store_true", help="also grade the class serially, with one nbgrader autograde")
     p.add_argument("--serial-sample", type=int, help="grade only this many learners serially and extrapolate")
-    p.add_argument("--no-serial", action="store_true", help="only the parallel run")
     p.add_argument("--out", type=Path, default=ROOT / "_build" / "bench" / "class_grading.json")
     a = p.parse_args()
     assignments = a.assignments or default_assignments()
@@ -128,7 +128,7 @@ def main():
         with tempfile.TemporaryDirectory(prefix=f"bench-{asg}-") as tmp:
             par = parallel(Path(tmp) / "parallel", asg, learners, a.workers)
             row["parallel"] = par
-            if not a.no_serial:
+            if a.serial:
                 sample = dict(list(learners.items())[: a.serial_sample or len(learners)])
                 ser = serial(Path(tmp) / "serial", asg, sample)
                 per_nb = ser["autograde_s"] / len(sample)
@@ -144,6 +144,10 @@ def main():
         results["assignments"][asg] = row
         print_row(asg, row)
     results["load_after"] = os.getloadavg()
+    total = sum(r["parallel"]["total_s"] for r in results["assignments"].values())
+    n = sum(r["parallel"]["learners"] for r in results["assignments"].values())
+    print(f"\nthe whole class: {n} notebooks in {total:.0f} s ({total / 60:.1f} min) with feedback and reports, "
+          f"{total / n:.1f} s per notebook")
     a.out.parent.mkdir(parents=True, exist_ok=True)
     for row in results["assignments"].values():
         for part in row.values():

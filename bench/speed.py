@@ -4,7 +4,7 @@
 2. blockwise_attention's peak extra memory against sequence length, next to plain attention's.
 3. The speed check's calibration: the reference timed against itself and a Python loop over query
    positions timed against the reference, N gradings each: the ratio's median, min and max.
-4. Grading time per notebook through the hidden suites (reference solution).
+(Where a notebook's grading time goes: bench/profile.py.)
 """
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autograder import hidden, variants  # noqa: E402
 from autograder.learner import Learner  # noqa: E402
 from autograder.notebooks import learner_cells, read, reference_namespace, source_notebook  # noqa: E402
 from autograder.suites.checks import SPEED_FACTOR, speed_ratios  # noqa: E402
@@ -132,16 +131,6 @@ def calibration(n):
           ["comparison", "gradings", "median ratio", "min", "max", "run-to-run spread", "measurements", "failed"], rows)
 
 
-def grading_time(assignments):
-    rows = []
-    for asg in assignments:
-        t0 = time.perf_counter()
-        verdicts = hidden.grade(variants.submission(asg), asg).verdicts
-        rows.append([asg, f"{time.perf_counter() - t0:.1f}", f"{sum(v.score for v in verdicts.values()):g}/"
-                     f"{sum(v.points for v in verdicts.values()):g}"])
-    table("Hidden-suite grading time per notebook (reference solution), seconds", ["assignment", "s", "score"], rows)
-
-
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--gradings", type=int, default=20)
@@ -149,7 +138,6 @@ def main():
     vs_torch()
     blockwise_memory()
     calibration(a.gradings)
-    grading_time(sorted(d.name for d in (Path(__file__).resolve().parent.parent / "solutions").iterdir()))
 
 
 if __name__ == "__main__":
