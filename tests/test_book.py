@@ -6,6 +6,7 @@ import re
 import statistics
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -107,7 +108,8 @@ def bound_names(tree):
 def test_no_page_defines_an_exercise_function():
     """The pages use the reference solutions from the solution notebooks; they never define their own copy."""
     contract = contract_names()
-    assert {"sinusoidal_encoding", "blockwise_attention", "TransformerBlock", "scaled_dot_product_attention"} <= contract
+    assert {"sinusoidal_encoding", "blockwise_attention", "TransformerBlock", "scaled_dot_product_attention"} \
+        <= contract
     for name, code in book_code().items():
         defined = contract & set(bound_names(ast.parse(code)))
         assert not defined, f"{name} defines {sorted(defined)}: load them with experiments.reference(assignment)"
@@ -224,10 +226,11 @@ def test_every_trained_result_has_its_sd_and_seed_count(site):
     assert stats_seen > 50
 
 
-def test_the_execution_cache_follows_the_imported_code():
-    """The build's extension hashes the code the pages import: a change to a solution cell changes the hash."""
+def test_the_execution_cache_follows_the_imported_code(tmp_path):
+    """The build's extension hashes the code the pages import, and clears the cache when the hash changes."""
     sys.path.insert(0, str(BOOK))
     import execution_cache
+    from jupyter_cache import get_cache
 
     from autograder import notebooks
 
@@ -235,10 +238,23 @@ def test_the_execution_cache_follows_the_imported_code():
     original = notebooks.learner_cells
     try:
         notebooks.learner_cells = lambda nb: [{**c, "source": c["source"] + "\n# changed"} for c in original(nb)]
-        assert execution_cache.digest() != before
+        assert execution_cache.digest() != before, "a change to a solution cell must change the hash"
     finally:
         notebooks.learner_cells = original
     assert execution_cache.digest() == before
+
+    cache = tmp_path / ".jupyter_cache"
+    get_cache(str(cache)).list_cache_records()                      # a real cache, with its database
+    (cache / "page").write_text("an executed page")
+    (cache / execution_cache.STAMP).write_text("the hash of older code")
+    app = types.SimpleNamespace(config=types.SimpleNamespace(nb_execution_mode="cache",
+                                                             nb_execution_cache_path=str(cache)))
+    execution_cache.clear_stale_cache(app)
+    assert not (cache / "page").exists(), "a cache built with other code must be cleared"
+    assert (cache / execution_cache.STAMP).read_text() == before
+    (cache / "page").write_text("an executed page")
+    execution_cache.clear_stale_cache(app)
+    assert (cache / "page").exists(), "a cache built with the same code must be kept"
 
 
 def experiments():
