@@ -36,10 +36,12 @@ def toc_pages():
 
 
 def sources():
-    """Every file the site is built from: configuration, the chapters, the offered exercise notebooks."""
+    """Every file the site is built from: configuration, the chapters, the offered exercise notebooks, and the
+    solution notebooks whose reference code the chapters run."""
     files = [ROOT / "_config.yml", ROOT / "_toc.yml"]
-    files += [p for p in (ROOT / "book").rglob("*") if p.is_file()]
+    files += [p for p in (ROOT / "book").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     files += (ROOT / "exercises").rglob("*.ipynb")
+    files += (ROOT / "solutions").rglob("*.ipynb")
     return [p for p in files if ".ipynb_checkpoints" not in p.parts]
 
 
