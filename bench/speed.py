@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from autograder.learner import Learner  # noqa: E402
 from autograder.notebooks import learner_cells, read, reference_namespace, source_notebook  # noqa: E402
 from autograder.suites.checks import SPEED_FACTOR, speed_ratios  # noqa: E402
+from autograder.suites.test_attention import SDPA_SPEED_CALLS, SDPA_SPEED_SHAPE  # noqa: E402
 from autograder.timing import Target, compare, peak_memory  # noqa: E402
 
 LOOP_SDPA = '''import math
@@ -107,18 +108,18 @@ def calibration(n):
     ref = Learner(learner_cells(read(source_notebook("attention"))), role="reference")
     same = Learner(learner_cells(read(source_notebook("attention"))))
     loop = Learner([{"id": "loop", "source": LOOP_SDPA}])
-    inputs = [{"kind": "randn", "shape": [1, 2, 256, 16]}] * 3
+    inputs = [{"kind": "randn", "shape": SDPA_SPEED_SHAPE}] * 3
     rows = []
     try:
         for label, proxy in (("reference vs reference", same), ("loop over queries vs reference", loop)):
             ratios, spreads, measured = [], [], []
             for _ in range(n):
                 got, mismatch = speed_ratios(Target(proxy, "scaled_dot_product_attention"),
-                                             Target(ref, "scaled_dot_product_attention"), inputs, calls=40)
+                                             Target(ref, "scaled_dot_product_attention"), inputs, calls=SDPA_SPEED_CALLS)
                 ratios.append(min(got) if got and mismatch is None else float("inf"))
                 measured.append(len(got))
                 c = compare(Target(proxy, "scaled_dot_product_attention"), Target(ref, "scaled_dot_product_attention"),
-                            inputs, calls=40)
+                            inputs, calls=SDPA_SPEED_CALLS)
                 spreads.append(c.spread())
             fails = sum(r > SPEED_FACTOR for r in ratios)
             rows.append([label, n, f"{statistics.median(ratios):.2f}", f"{min(ratios):.2f}", f"{max(ratios):.2f}",
@@ -126,7 +127,8 @@ def calibration(n):
     finally:
         for w in (ref, same, loop):
             w.close()
-    table(f"Speed check calibration: scaled_dot_product_attention, 1x2x256x16, 40 calls per run, "
+    table(f"Speed check calibration: scaled_dot_product_attention, {'x'.join(map(str, SDPA_SPEED_SHAPE))}, "
+          f"{SDPA_SPEED_CALLS} calls per run, "
           f"allowed ratio {SPEED_FACTOR:g} (the ratio the suite's rule keeps; spread from a full 7-repetition run)",
           ["comparison", "gradings", "median ratio", "min", "max", "run-to-run spread", "measurements", "failed"], rows)
 

@@ -7,6 +7,7 @@ would write it.  A trick gains nothing when the part scores no more than the con
 grader proves a library use (0 points) or flags the notebook for the instructor.
 """
 from autograder import variants
+from autograder.suites.test_attention import SDPA_SPEED_CALLS, SDPA_SPEED_SHAPE
 
 _ATTENTION = {v.name: v.cells for v in variants.load("attention")}
 _ATTENTION_CORRECT = {k: v for k, v in _ATTENTION["softmax_einsum"].items() if k != "MultiHeadAttention"}
@@ -24,12 +25,12 @@ _worker = sys.modules["__main__"].Worker
 
 def _instant_run(self, req):
     """The timed request answers at once: the work was to happen elsewhere, untimed."""
-    shape = [1, 2, 256, 16]
+    shape = SHAPE
     return [torch.zeros(shape) for _ in range(req.get("count", 1))]
 
 
 _worker.op_run = _instant_run
-'''
+'''.replace("SHAPE", str(SDPA_SPEED_SHAPE))
 
 REAPED_CHILDREN = LOOP + '''
 import os, signal, time
@@ -58,15 +59,15 @@ _loop = scaled_dot_product_attention
 _answers = {}
 for _seed in range(8):                # the seeds an older grader used for its timed inputs
     _g = torch.Generator().manual_seed(_seed)
-    for _ in range(40):
-        _q, _k, _v = (torch.randn([1, 2, 256, 16], generator=_g) for _ in range(3))
+    for _ in range(CALLS):
+        _q, _k, _v = (torch.randn(SHAPE, generator=_g) for _ in range(3))
         _answers[float(_q.sum())] = _loop(_q, _k, _v)
 
 
 def scaled_dot_product_attention(q, k, v, mask=None):
-    hit = _answers.get(float(q.sum())) if mask is None and q.shape == (1, 2, 256, 16) else None
+    hit = _answers.get(float(q.sum())) if mask is None and list(q.shape) == SHAPE else None
     return hit if hit is not None else _loop(q, k, v, mask)
-'''
+'''.replace("SHAPE", str(SDPA_SPEED_SHAPE)).replace("CALLS", str(SDPA_SPEED_CALLS))
 
 # -- memory: the peak of the whole sandbox ---------------------------------------------------------------
 CLEAR_REFS = FULL.replace("    return torch.softmax(s, dim=-1) @ v\n", '''    out = torch.softmax(s, dim=-1) @ v
@@ -192,6 +193,7 @@ SEARCH_FOR_THE_COURSE = _ATTENTION["softmax_einsum"]["MultiHeadAttention"].repla
 
 def _search_process():
     import gc
+    import types
 
     needles = [b"top.masked_fill(" + b"top == float", b"total.masked_fill(" + b"total == 0, 1.0)"]
     control = b"no course has this " + b"line anywhere"
@@ -213,7 +215,8 @@ def _search_process():
                     counts[i] += data.count(needle)
     mine = globals()
     # functions compiled from notebook cells (the course's would be too) that do not belong to this notebook
-    foreign = [f for f in gc.get_objects() if callable(f) and hasattr(f, "__code__") and hasattr(f, "__globals__")
+    # (Python functions only: unittest.mock's `call`, imported by torch, answers every attribute)
+    foreign = [f for f in gc.get_objects() if type(f) is types.FunctionType
                and f.__code__.co_filename.startswith(("<cell", "<reference")) and f.__globals__ is not mine]
     # the needles and the control exist once each as this function's own objects: only a surplus is found
     return (f"searched the process: {sum(max(0, c - counts[-1]) for c in counts[:-1])} lines of the course's code, "

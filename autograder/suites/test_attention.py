@@ -620,12 +620,19 @@ def test_blockwise_any_sizes(learner, Lq, Lk, bs, causal, seed):
                     f"blockwise_attention(q, k, v, causal={causal}, block_size={bs}) with Lq = {Lq}, Lk = {Lk}")
 
 
+
 # -- speed and memory (autograder.timing: a clock and a memory measure the learner cannot touch) -------
+# The speed check's input: short sequences, where a loop over query positions costs most against whole-tensor
+# operations (about 10x the reference under load) and a correct answer with more passes than the reference
+# (torch.where masks) about 1.5x; at 256 positions memory traffic brought that one to 3x under load.
+SDPA_SPEED_SHAPE, SDPA_SPEED_CALLS = [1, 2, 64, 16], 40
+
+
 @SDPA
 def test_sdpa_speed(learner, reference_worker):
     """runs about as fast as the reference solution (no Python loop over positions)"""
     fast_enough(*function_targets(learner, reference_worker(A), "scaled_dot_product_attention"),
-                [{"kind": "randn", "shape": [1, 2, 256, 16]}] * 3, "scaled_dot_product_attention", calls=40)
+                [{"kind": "randn", "shape": SDPA_SPEED_SHAPE}] * 3, "scaled_dot_product_attention", calls=SDPA_SPEED_CALLS)
 
 
 @MHA
