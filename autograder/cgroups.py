@@ -145,6 +145,12 @@ class Cgroup:
         """Bytes: the most the sandbox held at once since the last `reset_memory_peak`."""
         return int(self._read("memory", "memory.peak" if self.v2 else "memory.max_usage_in_bytes"))
 
+    def memory_held(self) -> int:
+        """Bytes of anonymous and tmpfs memory the sandbox holds now (no file cache: the libraries' pages are
+        charged to whichever sandbox read them first)."""
+        stat = dict(line.split() for line in self._read("memory", "memory.stat").splitlines())
+        return int(stat["anon" if self.v2 else "rss"]) + int(stat["shmem"])
+
     def reset_memory_peak(self):
         self._write("memory", "memory.peak" if self.v2 else "memory.max_usage_in_bytes", "0")
 

@@ -125,6 +125,7 @@ class Learner:
             self._die()
             raise GraderFault("the grader's worker did not start as expected")
         self.spawned = True
+        self.held_at_start = self._memory_held()      # torch imported, no learner code run yet
 
     def start(self):
         """Give a worker the cells to load (spawning one unless one waits); a cell that kills or hangs it is
@@ -276,6 +277,21 @@ class Learner:
             NOTES.add("memory measured as the worker's VmHWM (no cgroup): a learner's code can reset it")
             with open(f"/proc/{_worker_pid(self.proc.pid)}/clear_refs", "w") as f:
                 f.write("5")
+
+    def _memory_held(self) -> int:
+        held = self.sandbox.memory_held()
+        if held is not None:
+            return held
+        with open(f"/proc/{_worker_pid(self.proc.pid)}/status") as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        return sum(int(fields.get(k, "0 kB").split()[0]) * 1024 for k in ("RssAnon", "RssShmem"))
+
+    def memory_held_since_start(self) -> int:
+        """Bytes of memory the worker's sandbox holds now beyond what it held before any learner code ran:
+        what the learner's cells and calls kept (a buffer made ahead of a measured call is not free)."""
+        if self.proc is None:
+            self.start()
+        return max(0, self._memory_held() - self.held_at_start)
 
     def memory_now_and_peak(self) -> tuple[int, int]:
         """(bytes now, peak bytes since the last reset) of the worker's sandbox."""

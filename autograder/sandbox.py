@@ -375,6 +375,10 @@ class Sandbox:
         """(bytes now, peak bytes since the last reset) of the whole sandbox, or None without a cgroup."""
         return (self.cgroup.memory_current(), self.cgroup.memory_peak()) if self.cgroup else None
 
+    def memory_held(self) -> int | None:
+        """Bytes of anonymous and tmpfs memory the whole sandbox holds now, or None without a cgroup."""
+        return self.cgroup.memory_held() if self.cgroup else None
+
     def pids(self) -> list[int]:
         return self.cgroup.pids() if self.cgroup else [p.pid for p in self.procs if p.poll() is None]
 

@@ -164,7 +164,9 @@ def peak_memory(target: Target, inputs: list[dict], kwargs: dict | None = None, 
     A first call on other inputs warms up thread pools and caches and is not counted; the measured call's
     inputs come from `seed` (give the reference the same seed to compare the outputs).  On the CPU the
     measure is the sandbox's cgroup peak, reset by the grader just before the call: it counts every process
-    and cannot be reset or hidden from inside.
+    and cannot be reset or hidden from inside. To the call's rise is added the anonymous and tmpfs memory
+    the sandbox held beyond what it held before any learner code ran: a buffer the learner's code made
+    ahead (at import, in the warm-up call) and fills during the measured call counts.
     """
     seed = fresh_seed() if seed is None else seed
     target.run(fresh_seed(), inputs, kwargs, timeout=timeout)
@@ -173,10 +175,11 @@ def peak_memory(target: Target, inputs: list[dict], kwargs: dict | None = None, 
         proxy.reset_peak_memory()
         outputs, extra = proxy.gpu_memory_peak(lambda: target.run(seed, inputs, kwargs, timeout=timeout))
         return extra, outputs
+    held = proxy.memory_held_since_start()
     proxy.reset_peak_memory()
     base, _ = proxy.memory_now_and_peak()
     outputs = target.run(seed, inputs, kwargs, timeout=timeout)
     _, peak = proxy.memory_now_and_peak()
     if peak <= 0:
         raise GraderFault(f"an impossible memory measurement ({peak} bytes)")
-    return max(0, peak - base), outputs
+    return max(0, peak - base) + held, outputs

@@ -45,3 +45,37 @@ def test_each_timed_run_has_inputs_of_its_own(pair):
     a, b = (pair[0].run(fresh_seed(), TINY) for _ in range(2))
     assert not same_outputs(a, b)
     assert same_outputs(pair[0].run(7, TINY), pair[1].run(7, TINY)), "the same seed, the same inputs in both workers"
+
+
+PLAIN_SDPA = '''import torch
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    w = torch.softmax(q @ k.transpose(-2, -1), dim=-1)
+    return w @ v, w
+'''
+
+MADE_AHEAD = PLAIN_SDPA + '''
+_buffer = torch.ones(64 << 18)                                  # 64 MiB, every page touched
+with open("/tmp/spare", "wb") as f:                             # 32 MiB in the sandbox's tmpfs
+    f.write(b"x" * (32 << 20))
+_plain = scaled_dot_product_attention
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    _buffer.mul_(1.0)
+    return _plain(q, k, v, mask)
+'''
+
+
+@pytest.mark.parametrize("source, at_least, at_most", [(PLAIN_SDPA, 0, 16 << 20), (MADE_AHEAD, 96 << 20, None)],
+                         ids=["plain", "made_ahead"])
+def test_memory_made_ahead_of_the_measured_call_counts(source, at_least, at_most):
+    """A buffer the learner's cell made when it loaded, in memory or in the sandbox's tmpfs, and the call uses:
+    the call's own rise is small, the measure is not."""
+    worker = Learner([{"id": "cell", "source": source}])
+    try:
+        extra = peak_memory(Target(worker, SDPA), TINY)[0]
+    finally:
+        worker.close()
+    assert at_least <= extra and (at_most is None or extra <= at_most), f"{extra / 2**20:.1f} MiB"

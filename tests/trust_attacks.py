@@ -7,7 +7,7 @@ would write it.  A trick gains nothing when the part scores no more than the con
 grader proves a library use (0 points) or flags the notebook for the instructor.
 """
 from autograder import variants
-from autograder.suites.test_attention import SDPA_SPEED_CALLS, SDPA_SPEED_SHAPE
+from autograder.suites.test_attention import MEMORY_SEQ_LEN, SDPA_SPEED_CALLS, SDPA_SPEED_SHAPE
 
 _ATTENTION = {v.name: v.cells for v in variants.load("attention")}
 _ATTENTION_CORRECT = {k: v for k, v in _ATTENTION["softmax_einsum"].items() if k != "MultiHeadAttention"}
@@ -100,6 +100,24 @@ def blockwise_attention(q, k, v, causal=False, block_size=64):
     shape = (*q.shape[:-1], v.shape[-1])
     return torch.frombuffer(bytearray(b"".join(chunks)), dtype=q.dtype).reshape(shape)
 '''
+
+# The whole matrix in a buffer made when the cell loads, before the grader's measured call: the call's own
+# rise in memory is only its output's.
+BUFFER_AHEAD = FULL.replace("def blockwise_attention(", "def _full_attention(") + '''
+_scores = torch.empty(MEMORY_SEQ_LEN, MEMORY_SEQ_LEN)
+_scores.fill_(0.0)                                    # touched: every page resident now
+
+
+def blockwise_attention(q, k, v, causal=False, block_size=64):
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    if q.shape[:-2] != (1, 1) or (Lq, Lk) != tuple(_scores.shape) or causal:
+        return _full_attention(q, k, v, causal)
+    s = torch.matmul(q[0, 0], k[0, 0].transpose(0, 1), out=_scores)
+    s.mul_(q.shape[-1] ** -0.5)
+    s.sub_(s.max(dim=-1, keepdim=True).values).exp_()
+    s.div_(s.sum(dim=-1, keepdim=True))
+    return (s @ v[0, 0])[None, None]
+'''.replace("MEMORY_SEQ_LEN", str(MEMORY_SEQ_LEN))
 
 # -- library versions by routes a runtime watcher did not see ----------------------------------------------
 SDPA_C = '''def scaled_dot_product_attention(q, k, v, mask=None):
@@ -238,6 +256,7 @@ CLASSES = {
                                           "blockwise_attention": FORKED_CHILD},
         "precompute_aten": {"scaled_dot_product_attention": PRECOMPUTE, "blockwise_attention": BLOCKWISE_ATEN},
         "c_route_getattr": {"scaled_dot_product_attention": SDPA_C, "MultiHeadAttention": MHA_GETATTR},
+        "buffer_made_ahead": {"scaled_dot_product_attention": LOOP, "blockwise_attention": BUFFER_AHEAD},
     },
     "residual": {
         "control": {"TransformerBlock": IN_PLACE},
