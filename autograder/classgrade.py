@@ -104,7 +104,6 @@ from pathlib import Path
 from . import ROOT, config, grade
 from .release import nbgrader
 
-SQLITE_BUSY_TIMEOUT_S = 60
 DEFAULT_RETRIES = 2
 GRADER, SUBMISSION = grade.GRADER_ERROR, grade.NOT_GRADED       # the two kinds of failure
 GRADER_FAULT = re.compile(r"\bGraderFault: (.*)")
@@ -171,7 +170,7 @@ def gradebook_url(grading_dir: Path, url: str | None = None) -> str:
 
     u = make_url(grade.gradebook_url(grading_dir, url))
     if u.get_backend_name() == "sqlite" and "timeout" not in u.query:
-        u = u.update_query_dict({"timeout": str(SQLITE_BUSY_TIMEOUT_S)})
+        u = u.update_query_dict({"timeout": f"{config.course().gradebook_busy_timeout:g}"})
     return u.render_as_string(hide_password=False)
 
 

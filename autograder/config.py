@@ -27,10 +27,15 @@ class Settings:
     cell_timeout: float = 60.0         # one cell (and a kernel's start), in the feedback run and in the worker
     call_timeout: float = 30.0         # one call of a hidden test to the learner's code
     grace: float = 60.0                # past the budget, for the trusted side's own work (then: a grader fault)
+    train_timeout: float = 120.0       # the learner's model training on the task a hidden test draws
+    gradebook_busy_timeout: float = 60.0  # a SQLite gradebook's writer waits this long for another's lock
     # the sandbox (autograder.sandbox.Limits)
     memory: int = 4096 * MIB           # all processes of one sandbox together, and its tmpfs folders
     disk: int = 128 * MIB              # each of the sandbox's writable folders, /sandbox and /tmp
     processes: int = 256               # processes and threads of one sandbox together
+    cpu_time: int = 300                # CPU seconds of one process in a sandbox (RLIMIT_CPU)
+    open_files: int = 256              # open files of one process in a sandbox (RLIMIT_NOFILE)
+    worker_restarts: int = 12          # times a learner's code may end or hang its worker before the rest is skipped
     threads: int = 1                   # torch threads of the learner's code
     allow_unsandboxed: bool = False    # grade without bubblewrap (the feedback says what is missing)
     # what may come back from a sandbox

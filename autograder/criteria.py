@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import nbformat
 
-from . import hidden, notebooks
+from . import config, hidden, notebooks
 from .notebooks import is_graded_test, nbgrader_meta
 from .suites import checks
 from .static import EXAMPLES
@@ -89,7 +89,7 @@ def sentence(test: HiddenTest, mod) -> str:
         return (f"trains your TinyTransformer(vocab_size={mod.V}, d_model={mod.D_MODEL}, n_heads={mod.N_HEADS}, "
                 f"d_ff={mod.D_FF}, n_layers={mod.N_LAYERS}, max_len={mod.T}) for {mod.STEPS} steps of AdamW "
                 f"(learning rate {mod.LR:g}, batches of {mod.BATCH} sequences of {mod.T} tokens, within "
-                f"{mod.TRAIN_TIMEOUT:g} s) to repeat the token K places back, with a new offset and new sequences: "
+                f"{config.current().train_timeout:g} s) to repeat the token K places back, with a new offset and new sequences: "
                 f"accuracy at least {mod.ACCURACY:g} on sequences it was not trained on, from below {mod.BEFORE:g} before "
                 "training")
     text = test.doc

@@ -25,7 +25,6 @@ from . import config
 from .protocol import ProtocolError, read_message, write_message
 from .sandbox import Limits, Sandbox, SandboxUnavailable, kill_tree
 
-MAX_DEATHS = 12
 # What this process could not measure from outside, or which protections its sandboxes lacked:
 # reported with the verdict, so the feedback, the log and the class report can say so.
 NOTES: set[str] = set()
@@ -134,7 +133,7 @@ class Learner:
         while True:
             if self.start_failure:
                 raise WorkerDied(self.start_failure)
-            if self.deaths >= MAX_DEATHS:
+            if self.deaths >= self.settings.worker_restarts:
                 raise WorkerDied(f"your code ended or hung the grader's process {self.deaths} times; "
                                  "the remaining checks were not run")
             if not (self.spawned and self.alive()):

@@ -62,7 +62,7 @@ class SandboxUnavailable(RuntimeError):
 @dataclass(frozen=True)
 class Limits:
     wall_s: float = 120.0          # enforced by the trusted parent
-    cpu_s: int = 300               # RLIMIT_CPU, per process
+    cpu_time: int = 300            # RLIMIT_CPU, per process
     memory: int = 4 * GIB          # the sandbox's cgroup (all processes and both tmpfs); RLIMIT_AS per process
     disk: int = 128 << 20          # size of each of /sandbox and /tmp
     file_size: int = 128 << 20     # RLIMIT_FSIZE: any single file written
@@ -74,9 +74,9 @@ class Limits:
     @classmethod
     def of(cls, settings, wall_s: float) -> "Limits":
         """The limits of autograder.config.Settings, with this wall-clock limit."""
-        return cls(wall_s=wall_s, memory=settings.memory, disk=settings.disk, file_size=settings.disk,
-                   processes=settings.processes, threads=settings.threads,
-                   allow_unsandboxed=settings.allow_unsandboxed)
+        return cls(wall_s=wall_s, cpu_time=settings.cpu_time, memory=settings.memory, disk=settings.disk,
+                   file_size=settings.disk, open_files=settings.open_files, processes=settings.processes,
+                   threads=settings.threads, allow_unsandboxed=settings.allow_unsandboxed)
 
 
 def _bwrap() -> str | None:
@@ -213,7 +213,7 @@ def _limit_process(limits: Limits, cgroup: Cgroup | None):
         os.setsid()
         if cgroup is not None:
             cgroup.attach()
-        for res, value in ((resource.RLIMIT_CPU, limits.cpu_s), (resource.RLIMIT_AS, limits.memory),
+        for res, value in ((resource.RLIMIT_CPU, limits.cpu_time), (resource.RLIMIT_AS, limits.memory),
                            (resource.RLIMIT_FSIZE, limits.file_size), (resource.RLIMIT_NOFILE, limits.open_files),
                            (resource.RLIMIT_NPROC, limits.processes), (resource.RLIMIT_CORE, 0)):
             try:

@@ -90,7 +90,7 @@ def healthy(w) -> bool:
     used less than half the CPU time its processes may (so that it never reaches that limit during a grading)."""
     from autograder.learner import LearnerError, WorkerDied
 
-    if not w.alive() or w.spawned or w.cpu_seconds() > w.limits.cpu_s / 2:
+    if not w.alive() or w.spawned or w.cpu_seconds() > w.limits.cpu_time / 2:
         return False
     token = secrets.token_hex(8)
     try:

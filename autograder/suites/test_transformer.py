@@ -13,6 +13,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from autograder import config
 from autograder.learner import LearnerError
 
 from .checks import Diagnosis, check, close, draw_structure, fast_enough, leaves_inputs, randn, seeded, tensor, together
@@ -32,7 +33,6 @@ OFFSETS = (1, 2, 4, 5)
 D_MODEL, N_HEADS, D_FF, N_LAYERS = 32, 4, 64, 2
 STEPS, BATCH, LR, ACCURACY = 400, 32, 3e-3, 0.9
 BEFORE = 0.3          # accuracy an untrained model stays below (chance is 1 / V)
-TRAIN_TIMEOUT = 120.0
 
 # A small model for the other checks (vocab_size, d_model and max_len all differ: weights map by shape).
 SMALL = dict(vocab_size=23, d_model=24, n_heads=3, d_ff=40, n_layers=2, max_len=32)
@@ -328,7 +328,7 @@ def test_tiny_trains(learner):
                               "from the data, not know it")
     x, y = copy_task(4096, k, seed=11)
     model.train(x, y, steps=STEPS, batch_size=BATCH, lr=LR, seed=int(torch.randint(1 << 30, (1,), generator=seeded(904))),
-                timeout=TRAIN_TIMEOUT)
+                timeout=config.current().train_timeout)
     logits = tensor(model(xe), "the output of the trained model", shape=(1024, T, V))
     check(torch.isfinite(logits).all(), "after training, the logits contain NaN or inf: look for a division by zero or "
                                         "a -inf that reaches the output (a row of the mask that is all False?)")
