@@ -122,6 +122,10 @@ class Cgroup:
     def _read(self, controller: str, file: str) -> str:
         return self._path(controller, file).read_text()
 
+    def _stat(self, controller: str, file: str) -> dict[str, int]:
+        """A `key value` file of the cgroup (cpu.stat, memory.stat)."""
+        return {k: int(v) for k, v in (line.split() for line in self._read(controller, file).splitlines())}
+
     def _write(self, controller: str, file: str, value: str):
         self._path(controller, file).write_text(value)
 
@@ -134,8 +138,7 @@ class Cgroup:
     def cpu_seconds(self) -> float:
         """CPU time of every process the sandbox ever ran (kernel accounting, nanosecond resolution)."""
         if self.v2:
-            stat = dict(line.split() for line in self._read("cpuacct", "cpu.stat").splitlines())
-            return int(stat["usage_usec"]) / 1e6
+            return self._stat("cpuacct", "cpu.stat")["usage_usec"] / 1e6
         return int(self._read("cpuacct", "cpuacct.usage")) / 1e9
 
     def memory_current(self) -> int:
@@ -148,8 +151,8 @@ class Cgroup:
     def memory_held(self) -> int:
         """Bytes of anonymous and tmpfs memory the sandbox holds now (no file cache: the libraries' pages are
         charged to whichever sandbox read them first)."""
-        stat = dict(line.split() for line in self._read("memory", "memory.stat").splitlines())
-        return int(stat["anon" if self.v2 else "rss"]) + int(stat["shmem"])
+        stat = self._stat("memory", "memory.stat")
+        return stat["anon" if self.v2 else "rss"] + stat["shmem"]
 
     def reset_memory_peak(self):
         self._write("memory", "memory.peak" if self.v2 else "memory.max_usage_in_bytes", "0")

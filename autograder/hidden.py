@@ -10,6 +10,7 @@ graded cell's output, the gradebook comment, the feedback and the class report a
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import resource
@@ -202,10 +203,14 @@ def _suite_main(assignment: str, out: str) -> int:
 
 
 # -- the trusted grader's side -------------------------------------------------------------------
-def _limit_trusted(memory: int):
-    def apply():
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    return apply
+def limit_trusted_memory(memory: int):
+    """Cap the address space of a trusted suite process (its own, or one the warm suite server forked)."""
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+
+def _trusted_env(extra: dict) -> dict:
+    """The environment of a trusted suite process: this one's, with the course importable."""
+    return {**os.environ, **extra, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 class SuiteServer:
@@ -213,7 +218,7 @@ class SuiteServer:
 
     def __init__(self, settings: config.Settings):
         self.log = tempfile.NamedTemporaryFile(prefix="grader-suite-server-", suffix=".log", delete=False)
-        env = {**os.environ, **settings.to_env(), "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+        env = _trusted_env(settings.to_env())
         self.proc = subprocess.Popen([sys.executable, "-m", "autograder.suite_server"], cwd=ROOT, env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
         atexit.register(self.close)
@@ -265,12 +270,12 @@ def run_suite(assignment: str, cells: list[dict], settings: config.Settings, dea
         if reply is not None:
             code = reply.get("exit")
         else:
-            env = {**os.environ, **suite_env, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+            env = _trusted_env(suite_env)
             with open(log, "wb") as logf:
                 try:
                     r = subprocess.run([sys.executable, "-m", "autograder.hidden", assignment, str(out)], cwd=ROOT,
                                        env=env, stdout=logf, stderr=subprocess.STDOUT, timeout=timeout,
-                                       stdin=subprocess.DEVNULL, preexec_fn=_limit_trusted(settings.trusted_memory))
+                                       stdin=subprocess.DEVNULL, preexec_fn=functools.partial(limit_trusted_memory, settings.trusted_memory))
                     code = r.returncode
                 except subprocess.TimeoutExpired:
                     code = None

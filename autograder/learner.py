@@ -281,9 +281,8 @@ class Learner:
         held = self.sandbox.memory_held()
         if held is not None:
             return held
-        with open(f"/proc/{_worker_pid(self.proc.pid)}/status") as f:
-            fields = dict(line.split(":", 1) for line in f if ":" in line)
-        return sum(int(fields.get(k, "0 kB").split()[0]) * 1024 for k in ("RssAnon", "RssShmem"))
+        fields = self._proc_status()
+        return sum(fields.get(k, 0) for k in ("RssAnon", "RssShmem"))
 
     def memory_held_since_start(self) -> int:
         """Bytes of memory the worker's sandbox holds now beyond what it held before any learner code ran:
@@ -297,9 +296,14 @@ class Learner:
         reading = self.sandbox.memory()
         if reading is not None:
             return reading
+        fields = self._proc_status()
+        return fields["VmRSS"], fields["VmHWM"]
+
+    def _proc_status(self) -> dict[str, int]:
+        """The worker process's memory fields of /proc/<pid>/status, in bytes (the fallback without a cgroup)."""
         with open(f"/proc/{_worker_pid(self.proc.pid)}/status") as f:
             fields = dict(line.split(":", 1) for line in f if ":" in line)
-        return int(fields["VmRSS"].split()[0]) * 1024, int(fields["VmHWM"].split()[0]) * 1024
+        return {k: int(v.split()[0]) * 1024 for k, v in fields.items() if v.strip().endswith(" kB")}
 
     def gpu_memory_peak(self, request) -> tuple[object, int]:
         """Run `request()` and return (its result, the peak GPU bytes of the worker during it): the larger of

@@ -118,12 +118,14 @@ def _cgroups_work() -> tuple[bool, str]:
     return _CGROUPS[0]
 
 
-def protections() -> dict[str, bool]:
-    """Which protections this machine can give a sandboxed process."""
-    os_sandbox = _bwrap() is not None
-    cgroups, _ = _cgroups_work()
+def _protections(os_sandbox: bool, cgroups: bool) -> dict[str, bool]:
     return {OS_SANDBOX: os_sandbox, DISK_CAP: os_sandbox, CG_MEMORY: cgroups, CG_PIDS: cgroups, CG_CPU: cgroups,
             RLIMITS: os.name == "posix", WALL: True}
+
+
+def protections() -> dict[str, bool]:
+    """Which protections this machine can give a sandboxed process."""
+    return _protections(_bwrap() is not None, _cgroups_work()[0])
 
 
 def missing_protections() -> list[str]:
@@ -253,9 +255,7 @@ class Sandbox:
     @property
     def protections(self) -> dict[str, bool]:
         """What this sandbox actually applies."""
-        cg = self.cgroup is not None
-        return {OS_SANDBOX: bool(self.bwrap), DISK_CAP: bool(self.bwrap), CG_MEMORY: cg, CG_PIDS: cg, CG_CPU: cg,
-                RLIMITS: os.name == "posix", WALL: True}
+        return _protections(bool(self.bwrap), self.cgroup is not None)
 
     def missing(self) -> list[str]:
         return [name for name, ok in self.protections.items() if not ok]

@@ -102,8 +102,6 @@ def healthy(w) -> bool:
 
 def _child(read_fd: int, shared: dict, env: dict):
     """The process of one learner's suite: it starts that learner's worker, then waits for the request."""
-    import resource
-
     from autograder import config, hidden, learner
     from autograder.suites import checks, conftest
 
@@ -134,8 +132,7 @@ def _child(read_fd: int, shared: dict, env: dict):
     conftest.SHARED.update({role: w for role, w in shared.items() if healthy(w)})
     conftest.PRESTARTED[:] = [worker] if worker is not None else []
     checks.new_grading()
-    memory = config.current().trusted_memory
-    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    hidden.limit_trusted_memory(config.current().trusted_memory)
     try:
         code = hidden._suite_main(req["assignment"], req["out"])
     finally:

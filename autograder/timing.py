@@ -10,7 +10,8 @@ seeds; warm-up runs are discarded; the verdict uses the ratio of medians.  The c
 the worker: the CPU time of the worker's cgroup on the CPU (every process it ran counts, ended
 or not), the grader's wall clock around a request that ends with a device-wide synchronise on
 CUDA (the L2 cache flushed before each run).  Memory is the rise of the cgroup's peak during one
-call, reset by the grader (on a GPU: the driver's and the allocator's readings).
+call, reset by the grader, plus what the sandbox holds beyond its start (`peak_memory`; on a GPU: the
+driver's and the allocator's readings).
 """
 from __future__ import annotations
 
