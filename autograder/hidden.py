@@ -140,6 +140,7 @@ class Recorder:
         self.records: list[dict] = []
         self.collection_errors: list[str] = []
         self.seconds: dict[str, float] = {}       # graded cell -> seconds its tests took (fixtures included)
+        self.tests: dict[str, float] = {}         # test -> seconds (fixtures included)
         self.first_test: float | None = None
         self.structure: dict[str, dict] = {}      # graded cell -> the learner's module drawn beside the course's
 
@@ -157,6 +158,7 @@ class Recorder:
             self.first_test = call.start
         cell = marker.args[0] if marker else "(none)"
         self.seconds[cell] = self.seconds.get(cell, 0.0) + call.duration
+        self.tests[item.name] = self.tests.get(item.name, 0.0) + call.duration
         for key, value in item.user_properties:
             if key == "structure" and marker:
                 self.structure[cell] = value
@@ -194,7 +196,7 @@ def _suite_main(assignment: str, out: str) -> int:
     launched = float(os.environ.get("GRADER_LAUNCHED", main_started))
     profile = {"process_start_s": main_started - launched,
                "collect_s": (recorder.first_test or time.time()) - main_started,
-               "cells_s": recorder.seconds, "workers": learner.STARTS}
+               "cells_s": recorder.seconds, "tests_s": recorder.tests, "workers": learner.STARTS}
     Path(out).write_text(json.dumps({"exit": int(code), "records": recorder.records,
                                      "collection_errors": recorder.collection_errors,
                                      "notes": sorted(learner.NOTES), "profile": profile,
@@ -223,11 +225,20 @@ class SuiteServer:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
         atexit.register(self.close)
 
-    def ask(self, req: dict) -> dict | None:
-        """Send one request and read its reply; None when the server is gone."""
+    def tell(self, req: dict) -> bool:
+        """Send one request that has no reply; whether it was sent."""
         try:
             self.proc.stdin.write(json.dumps(req) + "\n")
             self.proc.stdin.flush()
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def ask(self, req: dict) -> dict | None:
+        """Send one request and read its reply; None when the server is gone."""
+        try:
+            if not self.tell(req):
+                return None
             line = self.proc.stdout.readline()
             return json.loads(line) if line else None
         except (OSError, ValueError):
@@ -250,6 +261,13 @@ def suite_server(settings: config.Settings) -> SuiteServer:
     if not _SERVERS or _SERVERS[0].proc.poll() is not None:
         _SERVERS[:] = [SuiteServer(settings)]
     return _SERVERS[0]
+
+
+def prepare(assignment: str, settings: config.Settings):
+    """Have the warm suite server ready for `assignment` while the first notebook runs: its imports, the shared
+    workers of course code and the first learner's process (a no-op once it is)."""
+    if settings.warm_suite and not settings.suites_dir and suite_path(assignment, settings).exists():
+        suite_server(settings).tell({"op": "prepare", "assignment": assignment, "env": settings.to_env()})
 
 
 def run_suite(assignment: str, cells: list[dict], settings: config.Settings, deadline: float) -> dict:

@@ -62,9 +62,10 @@ class LearnerError(Exception):
 
 class Learner:
     def __init__(self, cells: list[dict], limits: Limits | None = None, call_timeout: float | None = None,
-                 settings: config.Settings | None = None, role: str = "learner"):
+                 settings: config.Settings | None = None, role: str = "learner", preload: tuple[str, ...] = ()):
         self.settings = settings or config.current()
         self.role = role
+        self.preload = tuple(preload)             # modules the worker imports before it waits (worker.py)
         self.cells = cells
         self.limits = limits or Limits.of(self.settings, wall_s=self.settings.learner_budget)
         self.call_timeout = call_timeout or self.settings.call_timeout
@@ -107,7 +108,7 @@ class Learner:
             raise GraderFault(f"the sandbox could not be set up: {e}") from None
         NOTES.update(f"missing protection: {p}" for p in self.sandbox.missing())
         with open(self.sandbox.dir / "worker.stderr", "wb") as err:   # until learner code runs (see worker.py)
-            self.proc = self.sandbox.popen([self.sandbox.inside(self.sandbox.files / "worker.py")],
+            self.proc = self.sandbox.popen([self.sandbox.inside(self.sandbox.files / "worker.py"), *self.preload],
                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
         self.owner = os.getpid()
         try:

@@ -127,6 +127,7 @@ class SandboxedExecute(NbGraderPreprocessor):
         started = time.time()
         resources[DEADLINE] = started + s.learner_budget
         wall = min(s.notebook_timeout, s.learner_budget)
+        hidden.prepare(resources["nbgrader"]["assignment"], s)
         sb, proc = _kernels.take(s, wall)
         with sb:
             missing = sb.missing()

@@ -8,18 +8,21 @@ to start. `autograder.hidden` hands each learner to this server instead, which p
 - that process is forked ahead, while the previous learner is graded, and starts the next learner's own
   sandboxed worker (torch imported, waiting for its cells): a fresh worker for each learner, never reused;
 - the workers of course code (the reference of the speed comparisons, the server of the course's parts)
-  that an assignment's suite turns out to use (its first learner's suite starts its own) are started once
-  and shared. Between learners, and again when a learner's suite starts,
+  that an assignment's suite asks for (`roles_of`) or turns out to use are started once and shared. Between
+  learners, and again when a learner's suite starts,
   each must answer a check in turn, within a second, and forget what the last learner left (module
   handles, the course's parts it built); one that died, answers late or out of turn is not used, and the
   server replaces it.
 
 It runs no learner code: that happens only in the sandboxed workers.  One JSON line per request on stdin,
 {"assignment", "out", "log", "env"}, one per reply on stdout: {"exit": code}, or {"exit": null} when the
-suite's process did not end by its deadline (it is killed).
+suite's process did not end by its deadline (it is killed).  {"op": "prepare", "assignment", "env"}, sent while
+the first notebook of a batch runs in its sandbox, has no reply: the shared workers and the first learner's
+process are made ready meanwhile.
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import secrets
@@ -37,8 +40,9 @@ def warm():
     import pytest  # noqa: F401
     import safetensors.torch  # noqa: F401
     import torch  # noqa: F401
+    import torch.export._trace  # noqa: F401 - the course's side of a structure drawing (autograder.graph)
 
-    from autograder import hidden
+    from autograder import graph, hidden  # noqa: F401
     from autograder.suites import conftest  # noqa: F401
 
     for path in sorted(hidden.SUITES.glob("test_*.py")):
@@ -51,6 +55,10 @@ class Shared:
     def __init__(self):
         self.workers: dict = {}          # (role, assignment) -> Learner
         self.used: dict = {}             # assignment -> the roles its suite was seen to start for itself
+
+    def expect(self, assignment: str):
+        """Before the first learner of `assignment`: the roles its suite's tests ask for (see `roles_of`)."""
+        self.used.setdefault(assignment, set()).update(roles_of(assignment))
 
     def saw(self, assignment: str, out: str):
         """After a learner's suite: the roles it started workers for (it had none shared) are shared from now on."""
@@ -100,7 +108,25 @@ def healthy(w) -> bool:
         return False
 
 
-def _child(read_fd: int, shared: dict, env: dict):
+def roles_of(assignment: str) -> set[str]:
+    """The workers of course code that `assignment`'s suite asks for: the reference where a test takes the
+    `reference_worker` or `timed_reference` fixture, the course's parts where one takes `course` or the suite
+    binds course parts (conftest)."""
+    import inspect
+
+    module = sys.modules.get(f"autograder.suites.test_{assignment}")
+    params = {p for name, f in vars(module or object).items() if name.startswith("test_") and callable(f)
+              for p in inspect.signature(f).parameters}
+    roles = {"reference"} if params & {"reference_worker", "timed_reference"} else set()
+    return roles | ({"course parts"} if "course" in params or hasattr(module, "course_parts") else set())
+
+
+def preload(assignment: str) -> tuple[str, ...]:
+    """The modules a learner's worker imports ahead for `assignment`'s suite (its WORKER_PRELOAD)."""
+    return tuple(getattr(sys.modules.get(f"autograder.suites.test_{assignment}"), "WORKER_PRELOAD", ()))
+
+
+def _child(read_fd: int, shared: dict, env: dict, assignment: str):
     """The process of one learner's suite: it starts that learner's worker, then waits for the request."""
     from autograder import config, hidden, learner
     from autograder.suites import checks, conftest
@@ -108,7 +134,7 @@ def _child(read_fd: int, shared: dict, env: dict):
     os.setsid()
     os.environ.update({k: v for k, v in env.items() if k != "GRADER_DEADLINE"})
     os.environ.pop("GRADER_DEADLINE", None)
-    worker = learner.Learner([], role="learner")
+    worker = learner.Learner([], role="learner", preload=preload(assignment))
     try:
         worker.spawn()
     except (learner.GraderFault, learner.WorkerDied):
@@ -143,13 +169,13 @@ def _child(read_fd: int, shared: dict, env: dict):
     os._exit(code)
 
 
-def _fork(shared: dict, env: dict) -> tuple[int, int]:
+def _fork(shared: dict, env: dict, assignment: str) -> tuple[int, int]:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(w)
         try:
-            _child(r, shared, env)
+            _child(r, shared, env, assignment)
         finally:
             os._exit(70)
     os.close(r)
@@ -174,6 +200,9 @@ def _wait(pid: int, deadline: float) -> int | None:
 
 def main():
     warm()
+    # What warm() made is kept out of the forked processes' garbage collection: a collection would walk (and,
+    # touching each object, copy) every page of torch's, dynamo's and pytest's objects in each learner's process.
+    gc.freeze()
     shared = Shared()
     ready = None                            # (pid, pipe, assignment, env) of the next learner's process
     reply = os.fdopen(os.dup(1), "w")
@@ -190,19 +219,23 @@ def main():
                 os.close(ready[1])          # forked for another assignment: it ends at once
                 _wait(ready[0], time.time() + 30)
                 ready = None
+            if req.get("op") == "prepare":  # no reply: the grader goes on with the notebook's run meanwhile
+                shared.expect(asg)
             if ready is None:
-                ready = (*_fork(shared.get(asg), env), asg, env)
+                ready = (*_fork(shared.get(asg), env, asg), asg, env)
+            if req.get("op") == "prepare":
+                continue
             pid, pipe = ready[0], ready[1]
             try:
                 os.write(pipe, (json.dumps(req) + "\n").encode())
             except OSError:                 # it ended before its request: a fresh one takes it
                 _wait(pid, time.time() + 30)
-                pid, pipe = _fork(shared.get(asg), env)
+                pid, pipe = _fork(shared.get(asg), env, asg)
                 os.write(pipe, (json.dumps(req) + "\n").encode())
             os.close(pipe)
             code = _wait(pid, float(req["deadline"]))
             shared.saw(asg, req["out"])
-            ready = (*_fork(shared.get(asg), env), asg, env)
+            ready = (*_fork(shared.get(asg), env, asg), asg, env)
             reply.write(json.dumps({"exit": code}) + "\n")
             reply.flush()
     finally:

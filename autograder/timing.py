@@ -84,7 +84,7 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
             budget_s: float = 20.0, max_reps: int = 60, limit: float | None = None, min_reps: int = 3) -> Comparison:
     """Time `learner` against `reference` on the same fresh inputs, interleaved.
 
-    Each timed run makes `calls` calls on distinct fresh inputs.  With `same_output=False` (models whose
+    Each timed run makes `calls` calls on distinct fresh inputs (a warm-up run, not timed, makes one).  With `same_output=False` (models whose
     weights differ), outputs are checked for shape and finiteness only.  After `reps` repetitions, more
     follow while either side's standard error is above `until_se` of its mean (default on CUDA: 1 %),
     until `budget_s` seconds or `max_reps` repetitions are spent.  Given the `limit` the ratio is judged by,
@@ -110,14 +110,15 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
             break
         seed = fresh_seed()
         order = (reference, learner) if i % 2 == 0 else (learner, reference)
+        n = calls if i >= warmup else 1
         outs = {}
         for target in order:
             timeout = None
             if target is learner and ref_best is not None:
-                timeout = max(5.0, slow_limit * ref_best)
+                timeout = max(5.0, slow_limit * ref_best * n / calls)
             t0 = _clock(target, cpu)
             try:
-                outs[id(target)] = target.run(seed, inputs, kwargs, calls, timeout=timeout)
+                outs[id(target)] = target.run(seed, inputs, kwargs, n, timeout=timeout)
             except WorkerDied:
                 if target is learner and timeout is not None:
                     result.mismatch = (f"one run took more than {slow_limit:g}x the reference's time: "
@@ -129,8 +130,8 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
                 raise GraderFault(f"an impossible time measurement ({elapsed:g} s for {calls} calls)")
             if i >= warmup:
                 (result.reference if target is reference else result.learner).append(elapsed)
-            if target is reference:
-                ref_best = elapsed if ref_best is None else min(ref_best, elapsed)
+            if target is reference:      # the reference's best time for `calls` calls
+                ref_best = min(ref_best or float("inf"), elapsed * calls / n)
         if not same_outputs(outs[id(learner)], outs[id(reference)], rtol, same_output):
             result.mismatch = "the timed calls' outputs are wrong: the time of a wrong answer does not count"
             return result
@@ -159,10 +160,11 @@ def same_outputs(got, want, rtol: float = 1e-3, same_values: bool = True) -> boo
 
 
 def peak_memory(target: Target, inputs: list[dict], kwargs: dict | None = None, seed: int | None = None,
-                timeout: float = 120.0) -> tuple[int, list]:
+                timeout: float = 120.0, warmup: list[dict] | None = None) -> tuple[int, list]:
     """(bytes one call adds to its sandbox's peak memory, the call's outputs).
 
-    A first call on other inputs warms up thread pools and caches and is not counted; the measured call's
+    A first call on other inputs (`warmup`: smaller ones of the same kind, else inputs like the measured call's)
+    warms up thread pools and caches and is not counted; the measured call's
     inputs come from `seed` (give the reference the same seed to compare the outputs).  On the CPU the
     measure is the sandbox's cgroup peak, reset by the grader just before the call: it counts every process
     and cannot be reset or hidden from inside. To the call's rise is added the anonymous and tmpfs memory
@@ -170,7 +172,7 @@ def peak_memory(target: Target, inputs: list[dict], kwargs: dict | None = None, 
     ahead (at import, in the warm-up call) and fills during the measured call counts.
     """
     seed = fresh_seed() if seed is None else seed
-    target.run(fresh_seed(), inputs, kwargs, timeout=timeout)
+    target.run(fresh_seed(), warmup or inputs, kwargs, timeout=timeout)
     proxy = target.proxy
     if on_gpu():
         proxy.reset_peak_memory()

@@ -1,9 +1,10 @@
 """The sandboxed worker: executes a learner's code cells, then answers calls with plain data.
 
 Runs inside the sandbox as `python worker.py`, talking on its original stdin/stdout (moved to private
-descriptors at start; the learner's own prints go to /dev/null).  It imports torch, says it is waiting,
-and only then receives the learner's cells, so a worker can be started before its learner is known.  It imports
-nothing of the course but `protocol`.  It computes; it never judges.  The learner's code shares
+descriptors at start; the learner's own prints go to /dev/null).  It imports torch (and the modules named on
+its command line: what a suite's drawing needs, `graph` and torch.export's tracer), says it is waiting, and only
+then receives the learner's cells, so a worker can be started before its learner is known.  It imports nothing
+of the course but `protocol` and `graph`.  It computes; it never judges.  The learner's code shares
 this interpreter and can change anything in it, this file included, so the trusted side believes
 nothing this process says about itself: it uses only the outputs it gets back for inputs it chose,
 and what the kernel measures from outside (autograder.cgroups).
@@ -318,6 +319,8 @@ def main():
     for fd in (0, 1):
         os.dup2(devnull, fd)
     _setup_torch()
+    for name in sys.argv[1:]:
+        __import__(name)
     _bind_device()
     write_message(proto_out, {"waiting": True})
     try:

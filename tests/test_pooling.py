@@ -7,7 +7,7 @@ import signal
 import psutil
 import pytest
 
-from autograder import hidden, variants
+from autograder import config, hidden, variants
 
 pytestmark = pytest.mark.xdist_group("pooling")
 PE = "positional_encoding"
@@ -80,3 +80,13 @@ def test_learners_graded_one_after_another_get_what_each_gets_alone(monkeypatch)
     assert batch == alone
     assert batch[1] == {"scaled_dot_product_attention_tests": 5.0, "causal_mask_tests": 2.0,
                         "MultiHeadAttention_tests": 6.0, "blockwise_attention_tests": 5.0}
+
+
+def test_prepared_before_the_first_learner():
+    """`prepare`, sent while a batch's first notebook runs, starts the workers of course code the suite asks for:
+    the first learner's suite starts no worker but its own and gets full marks with the shared ones."""
+    hidden.prepare("residual", config.current())
+    assert {"reference/residual", "course parts/residual"} <= set(status())
+    grading = hidden.grade(variants.submission("residual"), "residual")
+    assert [role for role, _ in grading.profile["workers"]] == ["learner"]
+    assert all(v.score == v.points for v in grading.verdicts.values()), {g: v.failed for g, v in grading.verdicts.items()}

@@ -203,6 +203,11 @@ def together(learner, course_worker, names: list[str], run_check, what: str, fix
                     f"yours it is wrong ({str(first)[:300]}): {fix}") from None
 
 
+# What the learner's worker imports for `draw_structure` before its learner is known (torch.export's tracer costs
+# about 2 s of CPU to import): a suite that draws names it as its WORKER_PRELOAD (autograder.suite_server).
+DRAWING_PRELOAD = ("graph", "torch.export._trace")
+
+
 def draw_structure(request, learner, reference_namespace: dict, name: str):
     """For the feedback (never a score): the learner's `name` traced in its worker, as plain data, and drawn beside
     the course's, with the structural differences named (autograder.graph)."""

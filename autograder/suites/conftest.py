@@ -1,6 +1,7 @@
 """Fixtures of the hidden suites.
 
-`learner`   the proxy for the submission's code, running in a sandboxed worker (one per suite run);
+`learner`   the proxy for the submission's code, running in a sandboxed worker (one per suite run), which
+            imports ahead the modules a suite names as its WORKER_PRELOAD;
 `reference` the course's own solution code for an assignment, executed here (trusted);
 `reference_worker`, `course` the course's solution in sandboxed workers: the other side of every speed
             comparison, and the server of the course's parts (autograder.parts).
@@ -35,10 +36,12 @@ PRESTARTED: list = []
 
 
 @pytest.fixture(scope="session")
-def learner():
+def learner(request):
     with open(os.environ["GRADER_CELLS"]) as f:
         cells = json.load(f)
-    proxy = PRESTARTED.pop() if PRESTARTED else Learner(cells)
+    preload = dict.fromkeys(name for item in request.session.items
+                            for name in getattr(getattr(item, "module", None), "WORKER_PRELOAD", ()))
+    proxy = PRESTARTED.pop() if PRESTARTED else Learner(cells, preload=tuple(preload))
     proxy.cells, proxy.deadline = cells, float(os.environ.get("GRADER_DEADLINE", "inf"))
     yield proxy
     proxy.close()

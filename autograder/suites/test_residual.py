@@ -11,11 +11,12 @@ import torch.nn.functional as F
 
 from autograder.learner import LearnerError
 
-from .checks import (Diagnosis, check, close, draw_structure, fast_enough, leaves_inputs, max_error, module_targets,
+from .checks import (DRAWING_PRELOAD, Diagnosis, check, close, draw_structure, fast_enough, leaves_inputs, max_error, module_targets,
                      randn, seeded, together)
 from .test_attention import load_exact, load_state, oracle_mha, plain_mha, random_mha_state
 
 A = "residual"
+WORKER_PRELOAD = DRAWING_PRELOAD      # test_block_drawn traces the learner's block in its worker
 
 NORM_PARAMS = ("weight", "bias")
 
