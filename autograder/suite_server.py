@@ -108,13 +108,18 @@ def healthy(w) -> bool:
         return False
 
 
+def _suite(assignment: str):
+    """The module of `assignment`'s hidden suite, as warm() imported it (None when there is none)."""
+    return sys.modules.get(f"autograder.suites.test_{assignment}")
+
+
 def roles_of(assignment: str) -> set[str]:
     """The workers of course code that `assignment`'s suite asks for: the reference where a test takes the
     `reference_worker` or `timed_reference` fixture, the course's parts where one takes `course` or the suite
     binds course parts (conftest)."""
     import inspect
 
-    module = sys.modules.get(f"autograder.suites.test_{assignment}")
+    module = _suite(assignment)
     params = {p for name, f in vars(module or object).items() if name.startswith("test_") and callable(f)
               for p in inspect.signature(f).parameters}
     roles = {"reference"} if params & {"reference_worker", "timed_reference"} else set()
@@ -123,7 +128,7 @@ def roles_of(assignment: str) -> set[str]:
 
 def preload(assignment: str) -> tuple[str, ...]:
     """The modules a learner's worker imports ahead for `assignment`'s suite (its WORKER_PRELOAD)."""
-    return tuple(getattr(sys.modules.get(f"autograder.suites.test_{assignment}"), "WORKER_PRELOAD", ()))
+    return tuple(getattr(_suite(assignment), "WORKER_PRELOAD", ()))
 
 
 def _child(read_fd: int, shared: dict, env: dict, assignment: str):
@@ -219,11 +224,12 @@ def main():
                 os.close(ready[1])          # forked for another assignment: it ends at once
                 _wait(ready[0], time.time() + 30)
                 ready = None
-            if req.get("op") == "prepare":  # no reply: the grader goes on with the notebook's run meanwhile
+            preparing = req.get("op") == "prepare"   # no reply: the grader goes on with the notebook's run meanwhile
+            if preparing:
                 shared.expect(asg)
             if ready is None:
                 ready = (*_fork(shared.get(asg), env, asg), asg, env)
-            if req.get("op") == "prepare":
+            if preparing:
                 continue
             pid, pipe = ready[0], ready[1]
             try:
