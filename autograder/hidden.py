@@ -270,7 +270,8 @@ def prepare(assignment: str, settings: config.Settings):
         suite_server(settings).tell({"op": "prepare", "assignment": assignment, "env": settings.to_env()})
 
 
-def run_suite(assignment: str, cells: list[dict], settings: config.Settings, deadline: float) -> dict:
+def run_suite(assignment: str, cells: list[dict], settings: config.Settings, deadline: float,
+              more: bool = True) -> dict:
     """Run the hidden suite in a trusted process (the warm suite server's, or one of its own); {"error": ...} when
     it did not complete (a grader fault)."""
     with tempfile.TemporaryDirectory(prefix="grader-suite-") as tmp:
@@ -284,7 +285,7 @@ def run_suite(assignment: str, cells: list[dict], settings: config.Settings, dea
         reply = None
         if settings.warm_suite and not settings.suites_dir:
             reply = suite_server(settings).ask({"assignment": assignment, "out": str(out), "log": str(log),
-                                                "env": suite_env, "deadline": time.time() + timeout})
+                                                "env": suite_env, "deadline": time.time() + timeout, "more": more})
         if reply is not None:
             code = reply.get("exit")
         else:
@@ -343,14 +344,16 @@ def score(records: list[dict], graded: dict[str, float], findings: static.Report
     return verdicts
 
 
-def grade(nb, assignment: str, settings: config.Settings | None = None, deadline: float | None = None) -> Grading:
-    """Score every graded cell of a (sanitized) submitted notebook with the hidden suite."""
+def grade(nb, assignment: str, settings: config.Settings | None = None, deadline: float | None = None,
+          more: bool = True) -> Grading:
+    """Score every graded cell of a (sanitized) submitted notebook with the hidden suite. `more`: another learner
+    may follow (the warm suite server makes that learner's process ready meanwhile)."""
     settings = settings or config.current()
     deadline = deadline or time.time() + settings.learner_budget
     graded = graded_cells(nb)
     cells = learner_cells(nb)
     started = time.time()
-    result = run_suite(assignment, cells, settings, deadline)
+    result = run_suite(assignment, cells, settings, deadline, more)
     profile = {**result.get("profile", {}), "suite_s": time.time() - started}
     if "error" in result:
         return Grading({gid: Verdict(gid, pts) for gid, pts in graded.items()}, fault=result["error"],

@@ -44,6 +44,7 @@ from .notebooks import TESTS_SUFFIX, is_graded_test, nbgrader_meta
 from .sandbox import Limits, Sandbox, SandboxUnavailable
 
 DEADLINE = "grader_deadline"   # resources: when this learner's grading budget ends (time.time())
+LAST = "grader_last"           # resources: no learner follows this one in this nbgrader run
 TEMPLATES = Path(__file__).parent / "templates"
 
 
@@ -119,6 +120,21 @@ class _Kernels:
 _kernels = _Kernels()
 
 
+def last_learner(pre, resources) -> bool:
+    """Whether nbgrader grades no submission after this one in this run: the converter (the preprocessor's
+    exporter's parent) grades the submission folders it found in sorted order. False when that cannot be read."""
+    converter = getattr(getattr(pre, "parent", None), "parent", None)
+    try:
+        folders = sorted(converter.assignments)
+        cd = converter.coursedir
+        pattern = cd.format_path(cd.submitted_directory, "(?P<student_id>.*)", "(?P<assignment_id>.*)", escape=True)
+        ids = [m.groupdict() if m else None for m in (re.match(pattern, f) for f in folders)]
+        ours = {"assignment_id": resources["nbgrader"]["assignment"], "student_id": resources["nbgrader"]["student"]}
+        return bool(ids) and ids[-1] == ours
+    except (AttributeError, KeyError, TypeError, re.error):
+        return False
+
+
 class SandboxedExecute(NbGraderPreprocessor):
     """Execute the notebook inside the sandbox and keep only the outputs it produced, capped and sanitized."""
 
@@ -126,6 +142,10 @@ class SandboxedExecute(NbGraderPreprocessor):
         s = settings_of(self)
         started = time.time()
         resources[DEADLINE] = started + s.learner_budget
+        resources[LAST] = last_learner(self, resources)
+        if resources[LAST]:
+            self.log.info("%s is the last submission of this run: no kernel or suite process is made ready after it",
+                          resources["nbgrader"].get("student"))
         wall = min(s.notebook_timeout, s.learner_budget)
         hidden.prepare(resources["nbgrader"]["assignment"], s)
         sb, proc = _kernels.take(s, wall)
@@ -134,7 +154,8 @@ class SandboxedExecute(NbGraderPreprocessor):
             if missing:
                 self.log.warning("sandbox: this grading lacks %s", "; ".join(missing))
             run = sb.finish(proc, s.max_notebook_bytes, nbformat.writes(nb).encode())
-        _kernels.prepare(s, wall)
+        if not resources[LAST]:
+            _kernels.prepare(s, wall)           # the next learner's kernel, while this one is graded
         lines = run.stdout.splitlines()
         if not lines or _json(lines[0]) != {"ready": True}:
             # Nothing of the learner's had run: the sandbox or its kernel could not start.
@@ -251,7 +272,7 @@ class HiddenSuites(NbGraderPreprocessor):
         s = settings_of(self)
         if not hidden.suite_path(assignment, s).exists():
             raise GraderFault(f"no hidden suite for assignment {assignment!r} ({hidden.suite_path(assignment, s)})")
-        grading = hidden.grade(nb, assignment, s, resources.get(DEADLINE))
+        grading = hidden.grade(nb, assignment, s, resources.get(DEADLINE), more=not resources.get(LAST, False))
         if grading.log:
             self.log.debug("hidden suite log:\n%s", grading.log)
         if grading.fault:

@@ -15,10 +15,11 @@ to start. `autograder.hidden` hands each learner to this server instead, which p
   server replaces it.
 
 It runs no learner code: that happens only in the sandboxed workers.  One JSON line per request on stdin,
-{"assignment", "out", "log", "env"}, one per reply on stdout: {"exit": code}, or {"exit": null} when the
+{"assignment", "out", "log", "env", "more"}, one per reply on stdout: {"exit": code}, or {"exit": null} when the
 suite's process did not end by its deadline (it is killed).  {"op": "prepare", "assignment", "env"}, sent while
 the first notebook of a batch runs in its sandbox, has no reply: the shared workers and the first learner's
-process are made ready meanwhile.
+process are made ready meanwhile.  After a request whose "more" is false (no learner follows in this batch), no
+process is forked ahead; a later request gets one of its own.
 """
 from __future__ import annotations
 
@@ -216,7 +217,7 @@ def main():
         for line in sys.stdin:
             req = json.loads(line)
             if req.get("op") == "status":
-                reply.write(json.dumps({"shared": shared.pids()}) + "\n")
+                reply.write(json.dumps({"shared": shared.pids(), "ready": ready and ready[0]}) + "\n")
                 reply.flush()
                 continue
             asg, env = req["assignment"], req["env"]
@@ -241,7 +242,7 @@ def main():
             os.close(pipe)
             code = _wait(pid, float(req["deadline"]))
             shared.saw(asg, req["out"])
-            ready = (*_fork(shared.get(asg), env, asg), asg, env)
+            ready = (*_fork(shared.get(asg), env, asg), asg, env) if req.get("more", True) else None
             reply.write(json.dumps({"exit": code}) + "\n")
             reply.flush()
     finally:

@@ -35,8 +35,8 @@ def scores(grading):
     return {gid: v.score for gid, v in grading.verdicts.items()}
 
 
-def status():
-    return hidden._SERVERS[0].ask({"op": "status"})["shared"]
+def status(what="shared"):
+    return hidden._SERVERS[0].ask({"op": "status"})[what]
 
 
 def test_a_learner_never_sees_the_worker_of_the_one_before():
@@ -90,3 +90,13 @@ def test_prepared_before_the_first_learner():
     grading = hidden.grade(variants.submission("residual"), "residual")
     assert [role for role, _ in grading.profile["workers"]] == ["learner"]
     assert all(v.score == v.points for v in grading.verdicts.values()), {g: v.failed for g, v in grading.verdicts.items()}
+
+
+def test_nothing_made_ready_after_the_last_learner():
+    """After the last learner of a batch (`more=False`) no process is forked ahead; the next grading gets its own."""
+    first = scores(hidden.grade(variants.submission(PE), PE))
+    assert status("ready") is not None
+    assert scores(hidden.grade(variants.submission(PE), PE, more=False)) == first
+    assert status("ready") is None
+    assert scores(hidden.grade(variants.submission(PE), PE)) == first
+    assert status("ready") is not None

@@ -6,6 +6,7 @@ is exactly as expected, that the batch went on past each attacker, that no hidde
 output, and that no process outlives the grading.
 """
 import os
+import re
 import socket
 import threading
 
@@ -167,3 +168,11 @@ def test_an_output_flood_leaves_a_small_feedback(attacked):
         flood, control = (d / folder / who / ASG / name for who in ("flood", "control"))
         assert flood.stat().st_size < control.stat().st_size + (1 << 20), (folder, flood.stat().st_size)
     assert "more outputs cut" in (d / "autograded" / "flood" / ASG / f"{ASG}.ipynb").read_text()
+
+
+def test_nothing_is_made_ready_after_the_last_learner(attacked):
+    """nbgrader grades the submission folders in sorted order; after the last one no kernel and no suite process is
+    started for a learner who never comes."""
+    d, r, _, _ = attacked
+    said = re.findall(r"(\S+) is the last submission of this run", r.stdout + r.stderr)
+    assert said == [sorted(map(str, d.glob(f"submitted/*/{ASG}")))[-1].split("/")[-2]], said
