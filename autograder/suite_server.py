@@ -41,7 +41,6 @@ def warm():
     import pytest  # noqa: F401
     import safetensors.torch  # noqa: F401
     import torch  # noqa: F401
-    import torch.export._trace  # noqa: F401 - the course's side of a structure drawing (autograder.graph)
 
     from autograder import graph, hidden  # noqa: F401
     from autograder.suites import conftest  # noqa: F401
@@ -130,6 +129,15 @@ def roles_of(assignment: str) -> set[str]:
 def preload(assignment: str) -> tuple[str, ...]:
     """The modules a learner's worker imports ahead for `assignment`'s suite (its WORKER_PRELOAD)."""
     return tuple(getattr(_suite(assignment), "WORKER_PRELOAD", ()))
+
+
+def ready_for(assignment: str):
+    """Import here what `assignment`'s suite also needs on the course's side: torch.export's tracer where its
+    learners' workers import it ahead (a structure drawing traces the course's module in the suite's process),
+    once, kept out of the forked processes' collections like warm()'s imports."""
+    if "torch.export._trace" in preload(assignment) and "torch.export._trace" not in sys.modules:
+        import torch.export._trace  # noqa: F401
+        gc.freeze()
 
 
 def _child(read_fd: int, shared: dict, env: dict, assignment: str):
@@ -226,6 +234,7 @@ def main():
                 _wait(ready[0], time.time() + 30)
                 ready = None
             preparing = req.get("op") == "prepare"   # no reply: the grader goes on with the notebook's run meanwhile
+            ready_for(asg)
             if preparing:
                 shared.expect(asg)
             if ready is None:
