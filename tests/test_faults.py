@@ -54,7 +54,7 @@ def faults(tmp_path_factory):
     injected = {
         "suite_broken": ({"GRADER_SUITES_DIR": _suites(suites, "broken", BROKEN_SUITE)},
                          "the hidden suite could not be collected", "this line is not Python"),
-        "suite_hangs": ({"GRADER_SUITES_DIR": _suites(suites, "hangs", HANGING_SUITE), "GRADER_LEARNER_BUDGET": "60",
+        "suite_hangs": ({"GRADER_SUITES_DIR": _suites(suites, "hangs", HANGING_SUITE), "GRADER_LEARNER_BUDGET": "20",
                          "GRADER_GRACE": "5"},
                         "the hidden suite did not finish in time", None),
         "worker_fails": ({"GRADER_THREADS": "0"}, "the grader's worker ended before running any learner code",
@@ -123,7 +123,7 @@ HANGS = {name: f"def {name}(*args, **kwargs):\n    while True:\n        pass\n"
 def test_a_learner_whose_every_call_hangs_is_stopped_at_the_budget(tmp_path):
     """Each function loops forever: the notebook's run and the suite share one budget; past it the learner is
     graded with zeros and told why (the learner's doing, not a grader fault)."""
-    budget, grace = 60, 20
+    budget, grace = 30, 20
     d = tmp_path / "grading"
     grade.prepare(d, [ASG])
     grade.submit(d, "spinner", ASG, variants.submission(ASG, HANGS))
