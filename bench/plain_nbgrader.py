@@ -170,7 +170,9 @@ def build_plain_course(folder: Path, assignments: list[str]) -> Path:
         for cell in nb.cells:
             if notebooks.is_graded_test(cell):
                 meta = notebooks.nbgrader_meta(cell)
-                cell.source = (f"import sys\nsys.path.insert(0, {str(HERE)!r})\nfrom plain_nbgrader import run_tests\n"
+                # bench/ goes last on the kernel's path: its profile.py would hide the standard library's (cProfile,
+                # which torch's tracer imports, would fail, and with it the training test)
+                cell.source = (f"import sys\nsys.path.append({str(HERE)!r})\nfrom plain_nbgrader import run_tests\n"
                                f"run_tests({asg!r}, {meta['grade_id']!r}, globals(), {float(meta['points'])!r}, "
                                f"{str(suites)!r})")
         (folder / "source" / asg).mkdir(parents=True)
@@ -180,7 +182,7 @@ def build_plain_course(folder: Path, assignments: list[str]) -> Path:
 
 def _nbgrader(course: Path, *args, env: dict | None = None) -> subprocess.CompletedProcess:
     bindir = Path(sys.executable).parent
-    full = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
+    full = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT),
             "PATH": str(bindir) + os.pathsep + os.environ.get("PATH", "")}
     return subprocess.run([str(bindir / "nbgrader"), *args], cwd=course, env=full, capture_output=True, text=True)
 
