@@ -14,10 +14,16 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import sys
 import tempfile
 import time
 import traceback
+from pathlib import Path
+
+# nbgrader makes a new gradebook by running `alembic`, which `make bench` does not put on PATH: the one beside
+# this interpreter (as autograder.release does for the nbgrader commands).
+os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
 
 ASG, NB = "bench_assignment", "bench_assignment"
 CELLS = ["sinusoidal_encoding", "rope", "alibi_bias"]
