@@ -15,16 +15,22 @@ from pathlib import Path
 
 from . import ROOT
 
+BIN = Path(sys.executable).parent      # this interpreter's folder: nbgrader, and the alembic it runs
+
+
+def tools_path() -> str:
+    """PATH with this interpreter's folder first: nbgrader makes a new gradebook by running `alembic`, which must
+    be the project's (an unactivated venv's folder is not on PATH)."""
+    return str(BIN) + os.pathsep + os.environ.get("PATH", "")
+
 
 def nbgrader(*args: str, grading_dir: Path | None = None, check: bool = True, env_extra: dict | None = None,
              **kw) -> subprocess.CompletedProcess:
     """Run an nbgrader command in the course directory (the repository root)."""
-    bindir = str(Path(sys.executable).parent)
-    env = {**os.environ, **(env_extra or {}), "PYTHONPATH": str(ROOT),
-           "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
+    env = {**os.environ, **(env_extra or {}), "PYTHONPATH": str(ROOT), "PATH": tools_path()}
     if grading_dir is not None:
         env["GRADING_DIR"] = str(grading_dir)
-    cmd = [os.path.join(bindir, "nbgrader"), *args]
+    cmd = [str(BIN / "nbgrader"), *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, check=check, **kw)
 
 

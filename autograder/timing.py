@@ -85,11 +85,11 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
     """Time `learner` against `reference` on the same fresh inputs, interleaved.
 
     Each timed run makes `calls` calls on distinct fresh inputs (a warm-up run, not timed, makes one).  With
-    `same_output=False` (models whose weights differ), outputs are checked for shape and finiteness only.  After `reps` repetitions, more
-    follow while either side's standard error is above `until_se` of its mean (default on CUDA: 1 %),
-    until `budget_s` seconds or `max_reps` repetitions are spent.  Given the `limit` the ratio is judged by,
-    the comparison stops after `min_reps` repetitions once the ratio is clearly inside (below half the
-    limit) or clearly outside (above twice the limit): only a close ratio takes every repetition.
+    `same_output=False` (models whose weights differ), outputs are checked for shape and finiteness only.  After
+    `reps` repetitions, more follow while either side's standard error is above `until_se` of its mean (default on
+    CUDA: 1 %), until `budget_s` seconds or `max_reps` repetitions are spent.  Given the `limit` the ratio is judged
+    by, the comparison stops after `min_reps` repetitions once the ratio is clearly inside (below half the limit) or
+    clearly outside (above twice the limit): only a close ratio takes every repetition.
     """
     cpu = not on_gpu() if cpu is None else cpu
     until_se = (None if cpu else 0.01) if until_se is None else until_se

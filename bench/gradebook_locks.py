@@ -21,9 +21,11 @@ import time
 import traceback
 from pathlib import Path
 
-# nbgrader makes a new gradebook by running `alembic`, which `make bench` does not put on PATH: the one beside
-# this interpreter (as autograder.release does for the nbgrader commands).
-os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from autograder.release import tools_path  # noqa: E402
+
+os.environ["PATH"] = tools_path()      # a new gradebook runs alembic, which `make bench` does not put on PATH
 
 ASG, NB = "bench_assignment", "bench_assignment"
 CELLS = ["sinusoidal_encoding", "rope", "alibi_bias"]

@@ -181,10 +181,10 @@ def build_plain_course(folder: Path, assignments: list[str]) -> Path:
 
 
 def _nbgrader(course: Path, *args, env: dict | None = None) -> subprocess.CompletedProcess:
-    bindir = Path(sys.executable).parent
-    full = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT),
-            "PATH": str(bindir) + os.pathsep + os.environ.get("PATH", "")}
-    return subprocess.run([str(bindir / "nbgrader"), *args], cwd=course, env=full, capture_output=True, text=True)
+    from autograder.release import BIN, tools_path
+
+    full = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT), "PATH": tools_path()}
+    return subprocess.run([str(BIN / "nbgrader"), *args], cwd=course, env=full, capture_output=True, text=True)
 
 
 def learners(assignment: str) -> dict:

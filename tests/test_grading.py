@@ -9,7 +9,7 @@ import sys
 import nbformat
 import pytest
 
-from autograder import grade, variants
+from autograder import grade, release, variants
 from autograder.grade_examples import example_submission, roster
 from conftest import ROOT
 from test_release import leaks, suite_lines
@@ -145,8 +145,8 @@ def test_nbgrader_commands_work_on_a_fresh_grading_folder(tmp_path):
     """No grading folder yet: nbgrader_config.py makes it, so the gradebook can be created in it."""
     fresh = tmp_path / "not" / "made" / "yet"
     env = {k: v for k, v in os.environ.items() if k != "GRADEBOOK_URL"}
-    env.update(GRADING_DIR=str(fresh), PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    nbgrader = os.path.join(os.path.dirname(sys.executable), "nbgrader")
+    env.update(GRADING_DIR=str(fresh), PATH=release.tools_path())
+    nbgrader = str(release.BIN / "nbgrader")
     out = {}
     for args in (["generate_assignment", ASG, "--force", f"--CourseDirectory.release_directory={tmp_path / 'release'}"],
                  ["db", "student", "add", "ada"], ["db", "assignment", "list"], ["db", "student", "list"]):
