@@ -5,8 +5,9 @@ to start. `autograder.hidden` hands each learner to this server instead, which p
 
 - it imports everything once; each learner's suite runs in a process forked from it, which never ran a
   suite before and ends with it, so nothing of one learner's grading reaches the next one's;
-- that process is forked ahead, while the previous learner is graded, and starts the next learner's own
-  sandboxed worker (torch imported, waiting for its cells): a fresh worker for each learner, never reused;
+- that process is forked ahead, when the previous learner's suite starts, and starts the next learner's own
+  sandboxed worker (torch imported, waiting for its cells) meanwhile: a fresh worker for each learner, never
+  reused;
 - the workers of course code (the reference of the speed comparisons, the server of the course's parts)
   that an assignment's suite asks for (`roles_of`) or turns out to use are started once and shared. Between
   learners, and again when a learner's suite starts,
@@ -84,6 +85,11 @@ class Shared:
                 w.start()
                 self.workers[(role, assignment)] = w
         return {role: self.workers[(role, assignment)] for role in self.used.get(assignment, ())}
+
+    def current(self, assignment: str) -> dict:
+        """The shared workers of `assignment` that exist now, by role, unchecked (`get` checks them)."""
+        return {role: self.workers[(role, assignment)] for role in self.used.get(assignment, ())
+                if (role, assignment) in self.workers}
 
     def pids(self) -> dict:
         return {f"{role}/{asg}": w.proc.pid for (role, asg), w in self.workers.items() if w.proc is not None}
@@ -249,9 +255,18 @@ def main():
                 pid, pipe = _fork(shared.get(asg), env, asg)
                 os.write(pipe, (json.dumps(req) + "\n").encode())
             os.close(pipe)
+            # The next learner's process, forked now so that its worker starts while this learner is graded. The
+            # shared workers are busy with this learner: it gets them unchecked, checks them itself when its
+            # request comes, and is forked again if the check below replaces one of them.
+            given = shared.current(asg)
+            ready = (*_fork(given, env, asg), asg, env) if req.get("more", True) else None
             code = _wait(pid, float(req["deadline"]))
             shared.saw(asg, req["out"])
-            ready = (*_fork(shared.get(asg), env, asg), asg, env) if req.get("more", True) else None
+            checked = shared.get(asg)
+            if ready is not None and checked != given:
+                os.close(ready[1])          # it ends at once
+                _wait(ready[0], time.time() + 30)
+                ready = (*_fork(checked, env, asg), asg, env)
             reply.write(json.dumps({"exit": code}) + "\n")
             reply.flush()
     finally:

@@ -3,6 +3,7 @@ worker is its own, a shared worker of course code that died or was slowed is rep
 after another get the scores each gets alone."""
 import os
 import signal
+import time
 
 import psutil
 import pytest
@@ -33,6 +34,17 @@ if "LEFT_BY_THE_FIRST" in dir() or _found:
 def scores(grading):
     assert grading.fault is None, f"{grading.fault}\n{grading.log[-3000:]}"
     return {gid: v.score for gid, v in grading.verdicts.items()}
+
+
+def since_boot() -> float:
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def started_since_boot(pid: int) -> float:
+    """When the process started, on the clock of `since_boot` (the kernel's own record, in clock ticks)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK")
 
 
 def status(what="shared"):
@@ -100,3 +112,17 @@ def test_nothing_made_ready_after_the_last_learner():
     assert status("ready") is None
     assert scores(hidden.grade(variants.submission(PE), PE)) == first
     assert status("ready") is not None
+
+
+def test_the_next_learners_process_starts_while_this_one_is_graded():
+    """The next learner's process is forked when this learner's suite starts, not after it ends, and it still
+    gets a worker of its own and the same scores."""
+    first = scores(hidden.grade(variants.submission(PE), PE))
+    asked = since_boot()
+    assert scores(hidden.grade(variants.submission(PE), PE)) == first
+    returned = since_boot()
+    forked = started_since_boot(status("ready"))
+    assert asked <= forked + 0.02 and forked - asked < (returned - asked) / 2, (asked, forked, returned)
+    grading = hidden.grade(variants.submission(PE), PE)
+    assert scores(grading) == first
+    assert [role for role, _ in grading.profile["workers"]].count("learner") == 1
