@@ -64,6 +64,12 @@ class Comparison:
         xs = getattr(self, which)
         return statistics.pstdev(xs) / statistics.mean(xs) if len(xs) > 1 else 0.0
 
+    def clearly_under(self, limit: float, z: float = 3.0) -> bool:
+        """The ratio is under `limit` by more than `z` standard errors of the two means (relative errors add), and
+        so is every learner run against the reference's fastest."""
+        se = (self.standard_error("learner") ** 2 + self.standard_error("reference") ** 2) ** 0.5
+        return self.ratio * (1 + z * se) < limit and max(self.learner) < limit * min(self.reference)
+
     def standard_error(self, which: str = "reference") -> float:
         """The standard error of the mean time, relative to the mean."""
         xs = getattr(self, which)
@@ -88,8 +94,9 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
     `same_output=False` (models whose weights differ), outputs are checked for shape and finiteness only.  After
     `reps` repetitions, more follow while either side's standard error is above `until_se` of its mean (default on
     CUDA: 1 %), until `budget_s` seconds or `max_reps` repetitions are spent.  Given the `limit` the ratio is judged
-    by, the comparison stops after `min_reps` repetitions once the ratio is clearly inside (below half the limit) or
-    clearly outside (above twice the limit): only a close ratio takes every repetition.
+    by, the comparison stops after `min_reps` repetitions once the ratio is clearly inside (below half the limit, or
+    below it by three standard errors) or clearly outside (above twice the limit): only a close ratio takes every
+    repetition.
     """
     cpu = not on_gpu() if cpu is None else cpu
     until_se = (None if cpu else 0.01) if until_se is None else until_se
@@ -98,7 +105,8 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
     started = time.perf_counter()
 
     def enough(i: int) -> bool:
-        if limit is not None and i >= warmup + min_reps and not (limit / 2 < result.ratio < 2 * limit):
+        if limit is not None and i >= warmup + min_reps and (not (limit / 2 < result.ratio < 2 * limit)
+                                                             or result.clearly_under(limit)):
             return True
         if i < warmup + reps:
             return False

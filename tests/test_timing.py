@@ -4,7 +4,7 @@ import pytest
 from autograder import variants
 from autograder.learner import Learner
 from autograder.notebooks import learner_cells
-from autograder.timing import Target, compare, peak_memory, same_outputs
+from autograder.timing import Comparison, Target, compare, peak_memory, same_outputs
 
 SDPA = "scaled_dot_product_attention"
 TINY = [{"kind": "randn", "shape": [1, 1, 8, 4]}] * 3
@@ -28,6 +28,16 @@ def test_repetitions_continue_until_the_standard_error_is_small(pair):
     assert len(spent.learner) == 3, "no repetition beyond reps once the time budget is spent"
     loose = compare(*pair, TINY, reps=3, cpu=False, until_se=10.0)
     assert len(loose.learner) == 3 and loose.mismatch is None
+
+
+def test_a_ratio_is_clearly_under_the_limit_only_by_a_margin_of_its_errors():
+    steady = Comparison(learner=[2.0, 2.04, 1.96], reference=[1.0, 1.01, 0.99])
+    assert steady.clearly_under(3.0), "2x, a few per cent apart: under 3x by far more than three standard errors"
+    assert not steady.clearly_under(2.05), "2x is not clearly under 2.05x"
+    noisy = Comparison(learner=[1.0, 4.0, 2.0], reference=[1.0, 1.0, 1.0])
+    assert not noisy.clearly_under(3.0), "a median of 2x whose runs spread from 1x to 4x may be over 3x"
+    one_slow = Comparison(learner=[2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.2], reference=[1.0] * 7)
+    assert not one_slow.clearly_under(3.0), "a run over the limit: the next ones may be too"
 
 
 def test_peak_memory_returns_the_measured_call_s_outputs(pair):
