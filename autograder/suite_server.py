@@ -84,7 +84,7 @@ class Shared:
                 w = Learner(learner_cells(read(source_notebook(assignment))), role=role)
                 w.start()
                 self.workers[(role, assignment)] = w
-        return {role: self.workers[(role, assignment)] for role in self.used.get(assignment, ())}
+        return self.current(assignment)
 
     def current(self, assignment: str) -> dict:
         """The shared workers of `assignment` that exist now, by role, unchecked (`get` checks them)."""
@@ -202,6 +202,12 @@ def _fork(shared: dict, env: dict, assignment: str) -> tuple[int, int]:
     return pid, w
 
 
+def _discard(ready: tuple):
+    """End a process forked ahead that will not be used: it reads no request and ends at once."""
+    os.close(ready[1])
+    _wait(ready[0], time.time() + 30)
+
+
 def _wait(pid: int, deadline: float) -> int | None:
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -236,8 +242,7 @@ def main():
                 continue
             asg, env = req["assignment"], req["env"]
             if ready is not None and ready[2] != asg:
-                os.close(ready[1])          # forked for another assignment: it ends at once
-                _wait(ready[0], time.time() + 30)
+                _discard(ready)             # forked for another assignment
                 ready = None
             preparing = req.get("op") == "prepare"   # no reply: the grader goes on with the notebook's run meanwhile
             ready_for(asg)
@@ -264,15 +269,13 @@ def main():
             shared.saw(asg, req["out"])
             checked = shared.get(asg)
             if ready is not None and checked != given:
-                os.close(ready[1])          # it ends at once
-                _wait(ready[0], time.time() + 30)
+                _discard(ready)
                 ready = (*_fork(checked, env, asg), asg, env)
             reply.write(json.dumps({"exit": code}) + "\n")
             reply.flush()
     finally:
         if ready is not None:
-            os.close(ready[1])
-            _wait(ready[0], time.time() + 30)
+            _discard(ready)
         shared.close()
 
 
