@@ -4,6 +4,9 @@
 2. blockwise_attention's peak extra memory against sequence length, next to plain attention's.
 3. The speed check's calibration: the reference timed against itself and a Python loop over query
    positions timed against the reference, N gradings each: the ratio's median, min and max.
+4. The same for the checks timed with the course's parts (MultiHeadAttention, TransformerBlock): the reference,
+   a correct answer that is slower (a loop over heads), and a loop over positions (N / 4 gradings: each takes
+   seconds).
 (Where a notebook's grading time goes: bench/profile.py.)
 """
 from __future__ import annotations
@@ -19,9 +22,11 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from autograder import variants  # noqa: E402
 from autograder.learner import Learner  # noqa: E402
 from autograder.notebooks import learner_cells, read, reference_namespace, source_notebook  # noqa: E402
-from autograder.suites.checks import SPEED_FACTOR, speed_ratios  # noqa: E402
+from autograder.suites import test_attention, test_residual  # noqa: E402
+from autograder.suites.checks import SPEED_FACTOR, module_targets, speed_ratios  # noqa: E402
 from autograder.suites.test_attention import SDPA_SPEED_CALLS, SDPA_SPEED_SHAPE  # noqa: E402
 from autograder.timing import Target, compare, peak_memory  # noqa: E402
 
@@ -38,6 +43,22 @@ def scaled_dot_product_attention(q, k, v, mask=None):
         rows.append(w @ v)
         weights.append(w)
     return torch.cat(rows, dim=-2), torch.cat(weights, dim=-2)
+'''
+
+
+# Loops over positions in the checks timed with the course's parts: each position's call to a part is one more
+# round trip to the course's worker.
+LOOP_MHA = '''
+class MultiHeadAttention(MultiHeadAttention):
+    def forward(self, query, key=None, value=None, mask=None):
+        return torch.cat([super(MultiHeadAttention, self).forward(query[:, i:i + 1], key if key is not None else query,
+                                                                    value, mask) for i in range(query.shape[1])], dim=1)
+'''
+LOOP_BLOCK = '''
+class TransformerBlock(TransformerBlock):
+    def forward(self, x, mask=None):
+        x = x + self.attn(self.norm1(x), mask=mask)
+        return x + torch.cat([self.ff(self.norm2(x[:, i:i + 1])) for i in range(x.shape[1])], dim=1)
 '''
 
 
@@ -133,6 +154,48 @@ def calibration(n):
           ["comparison", "gradings", "median ratio", "min", "max", "run-to-run spread", "measurements", "failed"], rows)
 
 
+def parts_calibration(n):
+    """The checks timed with the course's parts, as the suites run them (`timed_reference`): both sides' parts are
+    computed by a worker of course code, through the grader."""
+    checks = [("attention", "MultiHeadAttention", (64, 4), ["scaled_dot_product_attention"],
+               test_attention.MHA_SPEED_SHAPE, test_attention.MHA_SPEED_CALLS,
+               [("a loop over heads (correct)", variants.submission(
+                   "attention", next(v for v in variants.load("attention") if v.name == "where_and_head_loop").cells),
+                 n), ("a loop over query positions", LOOP_MHA, max(1, n // 4))]),
+              ("residual", "TransformerBlock", (64, 4, 128), ["MultiHeadAttention", "FeedForward", "LayerNorm"],
+               test_residual.BLOCK_SPEED_SHAPE, test_residual.BLOCK_SPEED_CALLS,
+               [("FeedForward in a loop over positions", LOOP_BLOCK, max(1, n // 4))])]
+    for asg, name, args, parts, shape, calls, others in checks:
+        cells = learner_cells(read(source_notebook(asg)))
+        ref, course = Learner(cells, role="reference"), Learner(cells, role="course parts")
+        rows = []
+        try:
+            for label, answer, gradings in [("reference vs reference", None, n), *others]:
+                mine = Learner(cells + [{"id": "loop", "source": answer}] if isinstance(answer, str)
+                               else learner_cells(answer) if answer is not None else cells)
+                ratios, seconds, stopped = [], [], set()
+                try:
+                    with mine.course_parts(parts, course), ref.course_parts(parts, course):
+                        for _ in range(gradings):
+                            t0 = time.perf_counter()
+                            got, mismatch = speed_ratios(*module_targets(mine, ref, name, *args),
+                                                         [{"kind": "randn", "shape": shape}], calls=calls)
+                            seconds.append(time.perf_counter() - t0)
+                            ratios.append(min(got) if got and mismatch is None else float("inf"))
+                            stopped |= {mismatch} - {None}
+                finally:
+                    mine.close()
+                rows.append([label, gradings, f"{statistics.median(ratios):.2f}", f"{min(ratios):.2f}",
+                             f"{max(ratios):.2f}", f"{statistics.median(seconds):.2f}",
+                             f"{sum(r > SPEED_FACTOR for r in ratios)}/{gradings}", "; ".join(stopped) or "-"])
+        finally:
+            ref.close()
+            course.close()
+        table(f"Speed check calibration: {name} with the course's {', '.join(parts)}, {'x'.join(map(str, shape))}, "
+              f"{calls} calls per run, allowed ratio {SPEED_FACTOR:g}",
+              ["comparison", "gradings", "median ratio", "min", "max", "s per check", "failed", "stopped early"], rows)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--gradings", type=int, default=20)
@@ -140,6 +203,7 @@ def main():
     vs_torch()
     blockwise_memory()
     calibration(a.gradings)
+    parts_calibration(a.gradings)
 
 
 if __name__ == "__main__":

@@ -635,11 +635,18 @@ def test_sdpa_speed(learner, reference_worker):
                 [{"kind": "randn", "shape": SDPA_SPEED_SHAPE}] * 3, "scaled_dot_product_attention", calls=SDPA_SPEED_CALLS)
 
 
+# MultiHeadAttention is timed with the course's scaled_dot_product_attention, whose every call goes through the
+# grader to a worker of course code (`timed_reference`: the reference pays the same): a loop over heads makes one
+# such call per head (about 1.7x), a loop over query positions one per position. 8 calls per run keep the
+# calibration (`make bench`) where 20 did, in 0.7x the time.
+MHA_SPEED_SHAPE, MHA_SPEED_CALLS = [2, 128, 64], 8
+
+
 @MHA
 def test_mha_speed(learner, timed_reference):
     """runs about as fast as the reference solution (all heads at once)"""
     mine, ref = module_targets(learner, timed_reference, "MultiHeadAttention", 64, 4)
-    fast_enough(mine, ref, [{"kind": "randn", "shape": [2, 128, 64]}], "MultiHeadAttention", calls=20)
+    fast_enough(mine, ref, [{"kind": "randn", "shape": MHA_SPEED_SHAPE}], "MultiHeadAttention", calls=MHA_SPEED_CALLS)
 
 
 @BLOCK
