@@ -24,6 +24,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
 
 CUT = "\n[output cut: too long]\n"
+UNFINISHED = "this cell did not finish within {} s"     # the error output of a cell stopped at the cell limit
 
 
 def size(out) -> int:
@@ -123,9 +124,9 @@ def main():
             try:
                 client.execute_cell(cell, index)
                 if time.monotonic() - started >= timeout:       # interrupted at the timeout
-                    ended = error_output("TimeoutError", f"this cell did not finish within {timeout} s")
+                    ended = error_output("TimeoutError", UNFINISHED.format(timeout))
             except CellTimeoutError:
-                ended = error_output("TimeoutError", f"this cell did not finish within {timeout} s")
+                ended = error_output("TimeoutError", UNFINISHED.format(timeout))
             except DeadKernelError:
                 ended = error_output("DeadKernelError", "this cell ended the Python process (sys.exit, os._exit, or out "
                                                         "of memory); the cells after it ran in a fresh one")

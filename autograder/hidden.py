@@ -345,13 +345,18 @@ def score(records: list[dict], graded: dict[str, float], findings: static.Report
 
 
 def grade(nb, assignment: str, settings: config.Settings | None = None, deadline: float | None = None,
-          more: bool = True) -> Grading:
+          more: bool = True, unfinished=()) -> Grading:
     """Score every graded cell of a (sanitized) submitted notebook with the hidden suite. `more`: another learner
-    may follow (the warm suite server makes that learner's process ready meanwhile)."""
+    may follow (the warm suite server makes that learner's process ready meanwhile). `unfinished`: the ids of
+    cells the notebook's run stopped at the cell limit, which the worker does not run again."""
     settings = settings or config.current()
     deadline = deadline or time.time() + settings.learner_budget
     graded = graded_cells(nb)
     cells = learner_cells(nb)
+    for cell in cells:
+        if cell["id"] in unfinished:
+            cell["unfinished"] = (f"your code did not finish within {settings.cell_timeout:g} s when your notebook "
+                                  "ran (an infinite loop, or far too slow?), so the grader did not run it again")
     started = time.time()
     result = run_suite(assignment, cells, settings, deadline, more)
     profile = {**result.get("profile", {}), "suite_s": time.time() - started}

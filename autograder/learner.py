@@ -129,8 +129,10 @@ class Learner:
 
     def start(self):
         """Give a worker the cells to load (spawning one unless one waits); a cell that kills or hangs it is
-        left out, and the names it defines fail with that reason, so the rest of the notebook is still graded."""
+        left out, and the names it defines fail with that reason, so the rest of the notebook is still graded.
+        A cell marked "unfinished" (the notebook's run stopped it at the cell limit) is left out from the start."""
         started = time.monotonic()
+        self.broken_cells.update({c["id"]: c["unfinished"] for c in self.cells if c.get("unfinished")})
         while True:
             if self.start_failure:
                 raise WorkerDied(self.start_failure)

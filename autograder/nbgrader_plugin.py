@@ -40,11 +40,12 @@ from traitlets import Unicode
 
 from . import config, hidden, submission
 from .hidden import RECORD, record
-from .notebooks import TESTS_SUFFIX, is_graded_test, nbgrader_meta
+from .notebooks import TESTS_SUFFIX, cell_id, is_graded_test, nbgrader_meta
 from .sandbox import Limits, Sandbox, SandboxUnavailable
 
 DEADLINE = "grader_deadline"   # resources: when this learner's grading budget ends (time.time())
 LAST = "grader_last"           # resources: no learner follows this one in this nbgrader run
+UNFINISHED = "grader_unfinished"   # resources: the cells the notebook's run stopped at the cell limit (`unfinished`)
 TEMPLATES = Path(__file__).parent / "templates"
 
 
@@ -164,6 +165,7 @@ class SandboxedExecute(NbGraderPreprocessor):
             raise GraderFault(f"the notebook's kernel did not start in the sandbox ({_ended(run, wall)}); "
                               "the sandbox's stderr is in the log")
         ran = self._apply(nb, lines[1:], s)
+        resources[UNFINISHED] = unfinished(nb, s)
         problem = None
         if run.timed_out:
             problem = f"your notebook did not finish running within {wall:g} s"
@@ -208,6 +210,19 @@ class SandboxedExecute(NbGraderPreprocessor):
                                                   s.max_outputs_per_cell, total=len(raw))
             done.add(index)
         return len(done)
+
+
+def unfinished(nb, s: config.Settings) -> list[str]:
+    """The code cells (by `cell_id`) that the notebook's run stopped at the cell limit: the hidden suite's worker does
+    not run them again, and the names they define fail as a cell that could not be loaded. Only the sandbox says a
+    cell was stopped, and so can a cell of the learner's raising the same error: believing it can only cost the
+    learner what that cell defines, and it saves the cell limit's time (60 s by default) a second time."""
+    from .execute import UNFINISHED as STOPPED
+
+    said = STOPPED.format(int(s.cell_timeout))
+    return [cell_id(cell, i) for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and any(
+        o.get("output_type") == "error" and o.get("ename") == "TimeoutError" and o.get("evalue") == said
+        for o in cell.outputs)]
 
 
 def _joined(out):
@@ -272,7 +287,8 @@ class HiddenSuites(NbGraderPreprocessor):
         s = settings_of(self)
         if not hidden.suite_path(assignment, s).exists():
             raise GraderFault(f"no hidden suite for assignment {assignment!r} ({hidden.suite_path(assignment, s)})")
-        grading = hidden.grade(nb, assignment, s, resources.get(DEADLINE), more=not resources.get(LAST, False))
+        grading = hidden.grade(nb, assignment, s, resources.get(DEADLINE), more=not resources.get(LAST, False),
+                               unfinished=resources.get(UNFINISHED, ()))
         if grading.log:
             self.log.debug("hidden suite log:\n%s", grading.log)
         if grading.fault:

@@ -31,6 +31,11 @@ def is_graded_test(cell) -> bool:
     return cell.get("cell_type") == "code" and bool(m.get("grade")) and not m.get("solution")
 
 
+def cell_id(cell, index: int) -> str:
+    """How the worker and its errors name the code cell at `index`: its grade_id, else its position."""
+    return nbgrader_meta(cell).get("grade_id") or f"cell-{index}"
+
+
 def learner_cells(nb) -> list[dict]:
     """The code the worker executes: setup cells and solution cells, in notebook order."""
     cells = []
@@ -38,7 +43,7 @@ def learner_cells(nb) -> list[dict]:
         if cell.get("cell_type") != "code":
             continue
         if is_solution(cell) or "setup" in cell.get("metadata", {}).get("tags", []):
-            cells.append({"id": nbgrader_meta(cell).get("grade_id") or f"cell-{i}", "source": cell.source})
+            cells.append({"id": cell_id(cell, i), "source": cell.source})
     return cells
 
 

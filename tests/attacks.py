@@ -58,6 +58,9 @@ print("files found:", _found)
     "sys_exit": "\nimport sys\nsys.exit(0)\n",
     "os_exit": "\nimport os\nos._exit(0)\n",
     "spin": "\nwhile True:\n    pass\n",
+    # The notebook's run reports a cell stopped at the cell limit (20 s in tests/test_redteam.py) with this error,
+    # and the suite's worker does not run such a cell again: saying so of one's own cell can only lose its names.
+    "fake_timeout": '\nraise TimeoutError("this cell did not finish within 20 s")\n',
     "huge_output": "\nimport sys\nfor _ in range(300):\n    sys.stdout.write('x' * (1 << 20))\n",
     "fake_clock": '''
 import time
