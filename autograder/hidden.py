@@ -355,8 +355,7 @@ def grade(nb, assignment: str, settings: config.Settings | None = None, deadline
     cells = learner_cells(nb)
     for cell in cells:
         if cell["id"] in unfinished:
-            cell["unfinished"] = (f"your code did not finish within {settings.cell_timeout:g} s when your notebook "
-                                  "ran (an infinite loop, or far too slow?), so the grader did not run it again")
+            cell["unfinished"] = True
     started = time.time()
     result = run_suite(assignment, cells, settings, deadline, more)
     profile = {**result.get("profile", {}), "suite_s": time.time() - started}

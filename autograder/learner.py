@@ -132,7 +132,9 @@ class Learner:
         left out, and the names it defines fail with that reason, so the rest of the notebook is still graded.
         A cell marked "unfinished" (the notebook's run stopped it at the cell limit) is left out from the start."""
         started = time.monotonic()
-        self.broken_cells.update({c["id"]: c["unfinished"] for c in self.cells if c.get("unfinished")})
+        self.broken_cells.update({c["id"]: f"your code did not finish within {self.settings.cell_timeout:g} s when your "
+                                  "notebook ran (an infinite loop, or far too slow?), so the grader did not run it again"
+                                  for c in self.cells if c.get("unfinished")})
         while True:
             if self.start_failure:
                 raise WorkerDied(self.start_failure)
