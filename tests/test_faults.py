@@ -14,13 +14,17 @@ import csv
 import io
 import json
 import os
+import struct
 import subprocess
 import sys
 import time
 
 import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from autograder import classgrade, config, grade, hidden, variants
+from autograder import classgrade, config, grade, hidden, protocol, variants
 from conftest import ASSIGNMENTS, ROOT
 from test_feedback import SUITE, peak_memory
 
@@ -177,6 +181,29 @@ def test_a_giant_frame_is_refused_unread():
     v = giant.verdicts["sinusoidal_encoding_tests"]
     assert v.score == 0 and any("is too large" in d and str(1 << 30) in d for d in v.failed), v.failed
     assert giant.verdicts["rope_tests"].score == 4.0 and giant.verdicts["alibi_bias_tests"].score == 3.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([*protocol.SAFETENSORS_DTYPES, "complex64"]),
+                          st.lists(st.integers(0, 4), max_size=3), st.booleans()), min_size=1, max_size=4))
+def test_a_frame_s_tensors_are_read_back_by_safetensors_as_they_were(specs):
+    """The payload `protocol.encode` writes itself (the safetensors format, without safetensors' own writer) is read
+    by safetensors.torch.load, the trusted side's reader, as the same tensors: every dtype it writes, any shape, a
+    transposed tensor, a tensor sent twice; another dtype goes through safetensors' writer."""
+    from safetensors.torch import load
+
+    tensors = {}
+    for i, (dtype, shape, transposed) in enumerate(specs):
+        t = (torch.randn(shape or [], dtype=torch.float64) * 100).to(getattr(torch, dtype))
+        tensors[f"t{i}"] = t.t() if transposed and t.dim() == 2 else t
+    read = load(protocol._payload({k: t.contiguous() for k, t in tensors.items()}))
+    assert read.keys() == tensors.keys()
+    assert all(torch.equal(read[k], t) and read[k].dtype == t.dtype for k, t in tensors.items())
+    frame = protocol.encode({"x": list(tensors.values()), "again": tensors["t0"]})
+    (hlen,) = struct.unpack("<I", frame[:4])
+    back = protocol.decode(frame[4:4 + hlen], frame[4 + hlen + 8:])
+    assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(back["x"], tensors.values()))
+    assert torch.equal(back["again"], tensors["t0"])
 
 
 MEASURE_FRAMES = '''
