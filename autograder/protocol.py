@@ -2,9 +2,10 @@
 
 One message is a frame: 4-byte header length, a JSON header, 8-byte payload length, and a
 payload of tensors in the safetensors format (no pickle anywhere, so nothing the worker sends
-can run code on the trusted side; what arrives is read and checked by safetensors itself).  Inside the header, a tensor is `{"$t": "<key>"}` naming a
-payload entry; tuples, lists, dicts of str keys, numbers, strings, booleans and None pass as
-they are.  This file is copied into the sandbox: it imports nothing of the course.
+can run code on the trusted side; what arrives is read and checked by safetensors itself).
+Inside the header, a tensor is `{"$t": "<key>"}` naming a payload entry; tuples, lists, dicts
+of str keys, numbers, strings, booleans and None pass as they are.  This file is copied into
+the sandbox: it imports nothing of the course.
 """
 from __future__ import annotations
 
@@ -32,15 +33,15 @@ def _payload(tensors: dict) -> bytes:
     searches for tensors that share memory, which costs more than the writing for the few small tensors of a call)."""
     import torch
 
-    if any(str(t.dtype).removeprefix("torch.") not in SAFETENSORS_DTYPES for t in tensors.values()):
+    dtypes = {k: SAFETENSORS_DTYPES.get(str(t.dtype).removeprefix("torch.")) for k, t in tensors.items()}
+    if None in dtypes.values():
         from safetensors.torch import save
 
         return save({k: t.clone() for k, t in tensors.items()})
     header, chunks, offset = {}, [], 0
     for key, t in tensors.items():
         data = t.reshape(-1).view(torch.uint8).numpy().tobytes()
-        header[key] = {"dtype": SAFETENSORS_DTYPES[str(t.dtype).removeprefix("torch.")], "shape": list(t.shape),
-                       "data_offsets": [offset, offset + len(data)]}
+        header[key] = {"dtype": dtypes[key], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
         chunks.append(data)
         offset += len(data)
     text = json.dumps(header, separators=(",", ":")).encode()
