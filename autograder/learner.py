@@ -132,8 +132,8 @@ class Learner:
         left out, and the names it defines fail with that reason, so the rest of the notebook is still graded.
         A cell marked "unfinished" (the notebook's run stopped it at the cell limit) is left out from the start."""
         started = time.monotonic()
-        self.broken_cells.update({c["id"]: f"your code did not finish within {self.settings.cell_timeout:g} s when your "
-                                  "notebook ran (an infinite loop, or far too slow?), so the grader did not run it again"
+        stopped = _unfinished_message(self.settings.cell_timeout, "when your notebook ran")
+        self.broken_cells.update({c["id"]: f"{stopped}, so the grader did not run it again"
                                   for c in self.cells if c.get("unfinished")})
         while True:
             if self.start_failure:
@@ -223,8 +223,7 @@ class Learner:
             self._log_stderr(during)
             self._die()
             self.deaths += 1
-            self._last_death = (f"your code did not finish within {timeout:g} s {during} "
-                                "(an infinite loop, or far too slow?)")
+            self._last_death = _unfinished_message(timeout, during)
         except ProtocolError as e:
             self._die()
             self.deaths += 1
@@ -530,6 +529,10 @@ class _DriverPoller:
 
     def rise(self) -> int:
         return max(0, self.peak - self.base)
+
+
+def _unfinished_message(seconds: float, during: str) -> str:
+    return f"your code did not finish within {seconds:g} s {during} (an infinite loop, or far too slow?)"
 
 
 def _death_message(code, during: str) -> str:
