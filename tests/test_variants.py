@@ -4,7 +4,7 @@ known mistake loses points in exactly the cells it should, with a diagnosis that
 import pytest
 
 from autograder import hidden, variants
-from autograder.notebooks import graded_cells
+from autograder.notebooks import graded_cells, reference_namespace
 from conftest import ASSIGNMENTS, all_variants
 
 
@@ -59,3 +59,20 @@ def test_known_mistakes_cover_every_graded_cell():
         graded = set(graded_cells(variants.submission(asg)))
         assert graded <= caught, f"{asg}: no known mistake for {sorted(graded - caught)}"
         assert sum(isinstance(v, variants.Correct) for v in variants.load(asg)) >= 2, asg
+
+
+def test_the_large_score_tolerance_over_many_gradings():
+    """Both attention large-score tests, on the inputs of 300 gradings: the reference's answers pass every time, an
+    online softmax that forgets to rescale fails every time (the rule in-process, without a worker, to afford 300)."""
+    from autograder.suites import checks, test_attention as suite
+    ns, saved = reference_namespace("attention"), checks.GRADING_SEED
+    try:
+        for checks.GRADING_SEED in range(300):
+            q, k, v = suite.large_scores(7, 9, seed=19)
+            suite.close_at_large_scores(ns["scaled_dot_product_attention"](q, k, v)[0], q, k, v, "sdpa")
+            q, k, v = suite.large_scores(20, 45, seed=59)
+            suite.close_at_large_scores(ns["blockwise_attention"](q, k, v, block_size=8), q, k, v, "blockwise")
+            with pytest.raises(checks.Diagnosis, match="is wrong"):
+                suite.close_at_large_scores(suite.online_without_rescale(q, k, v, 8), q, k, v, "no rescale")
+    finally:
+        checks.GRADING_SEED = saved
