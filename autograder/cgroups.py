@@ -132,8 +132,12 @@ class Cgroup:
     def attach(self):
         """Move the calling process into the cgroup (every process it starts stays there)."""
         pid = str(os.getpid())
-        for d in dict.fromkeys(self.dirs.values()):
-            (d / "cgroup.procs").write_text(pid)
+        for path in self.procs_files():
+            Path(path).write_text(pid)
+
+    def procs_files(self) -> list[str]:
+        """The `cgroup.procs` file of each hierarchy: writing a pid there moves that process into the cgroup."""
+        return [str(d / "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
 
     def cpu_seconds(self) -> float:
         """CPU time of every process the sandbox ever ran (kernel accounting, nanosecond resolution)."""

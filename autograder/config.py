@@ -38,6 +38,7 @@ class Settings:
     worker_restarts: int = 12          # times a learner's code may end or hang its worker before the rest is skipped
     threads: int = 1                   # torch threads of the learner's code
     allow_unsandboxed: bool = False    # grade without bubblewrap (the feedback says what is missing)
+    fork_workers: bool = True          # fork workers from a warm fork server (autograder.forkserver), not start each
     # what may come back from a sandbox
     max_notebook_bytes: int = 8 * MIB  # the executed notebook, all outputs together
     max_cell_output_chars: int = 20_000  # text kept per cell (stream, text/plain, error) in the feedback

@@ -108,8 +108,8 @@ class Learner:
             raise GraderFault(f"the sandbox could not be set up: {e}") from None
         NOTES.update(f"missing protection: {p}" for p in self.sandbox.missing())
         with open(self.sandbox.dir / "worker.stderr", "wb") as err:   # until learner code runs (see worker.py)
-            self.proc = self.sandbox.popen([self.sandbox.inside(self.sandbox.files / "worker.py"), *self.preload],
-                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+            self.proc = self.sandbox.spawn([self.sandbox.inside(self.sandbox.files / "worker.py"), *self.preload],
+                                           stderr=err.fileno())
         self.owner = os.getpid()
         try:
             msg = self._read(self._left(self.settings.cell_timeout), during="while the grader's worker started")

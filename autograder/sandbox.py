@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cgroups import Cgroup, why_unavailable
+from .forkserver import Forked, ForkServer, _line
 
 GIB = 1 << 30
 # Files the sandbox may see from the autograder: the worker side of the protocol only.
@@ -70,13 +71,15 @@ class Limits:
     processes: int = 256           # the cgroup's pids.max (and RLIMIT_NPROC, which root ignores)
     threads: int = 1               # torch/OpenMP threads inside
     allow_unsandboxed: bool = False
+    fork: bool = True              # workers forked from a fork server (autograder.forkserver) where possible
 
     @classmethod
     def of(cls, settings, wall_s: float) -> "Limits":
         """The limits of autograder.config.Settings, with this wall-clock limit."""
         return cls(wall_s=wall_s, cpu_time=settings.cpu_time, memory=settings.memory, disk=settings.disk,
                    file_size=settings.disk, open_files=settings.open_files, processes=settings.processes,
-                   threads=settings.threads, allow_unsandboxed=settings.allow_unsandboxed)
+                   threads=settings.threads, allow_unsandboxed=settings.allow_unsandboxed,
+                   fork=settings.fork_workers)
 
 
 def _bwrap() -> str | None:
@@ -208,21 +211,88 @@ class Tail:
         return (f"[... {cut} bytes cut ...]\n" if cut > 0 else "") + data.decode("utf-8", "replace")
 
 
+def _rlimits(limits: Limits) -> list[tuple[int, int]]:
+    """The per-process limits of a sandboxed process, (resource, value)."""
+    import resource
+
+    return [(resource.RLIMIT_CPU, limits.cpu_time), (resource.RLIMIT_AS, limits.memory),
+            (resource.RLIMIT_FSIZE, limits.file_size), (resource.RLIMIT_NOFILE, limits.open_files),
+            (resource.RLIMIT_NPROC, limits.processes), (resource.RLIMIT_CORE, 0)]
+
+
 def _limit_process(limits: Limits, cgroup: Cgroup | None):
+    rlimits = _rlimits(limits)
+
     def apply():
         import resource
 
         os.setsid()
         if cgroup is not None:
             cgroup.attach()
-        for res, value in ((resource.RLIMIT_CPU, limits.cpu_time), (resource.RLIMIT_AS, limits.memory),
-                           (resource.RLIMIT_FSIZE, limits.file_size), (resource.RLIMIT_NOFILE, limits.open_files),
-                           (resource.RLIMIT_NPROC, limits.processes), (resource.RLIMIT_CORE, 0)):
+        for res, value in rlimits:
             try:
                 resource.setrlimit(res, (value, value))
             except (ValueError, OSError):
                 pass
     return apply
+
+
+_FORK_SERVERS: dict = {}          # (environment, modules) -> the fork server this process started or inherited
+_FORK_LOCK = threading.Lock()
+
+
+def fork_server(env: dict, modules: tuple[str, ...]) -> ForkServer:
+    """The fork server for workers with this environment and these third-party modules imported ahead: one per
+    batch, started by the first process that needs it and used by the processes it forks (a warm suite's)."""
+    key = (tuple(sorted(env.items())), tuple(modules))
+    with _FORK_LOCK:
+        server = _FORK_SERVERS.get(key)
+        if server is None or not os.path.exists(server.path) or (server.proc.pid in _children()
+                                                                  and server.proc.poll() is not None):
+            server = _FORK_SERVERS[key] = ForkServer(_python(), env, modules, private_root())
+        return server
+
+
+def _children() -> set[int]:
+    """The pids of this process's children (a server it started itself, not one inherited from its parent)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/children") as f:
+            return {int(p) for p in f.read().split()}
+    except OSError:
+        return set()
+
+
+def _third_party(modules) -> tuple[str, ...]:
+    """Of a worker's preloaded modules, those a fork server imports for it (not the course's, from /opt/grader)."""
+    return tuple(m for m in modules if f"{m.split('.')[0]}.py" not in SANDBOX_FILES)
+
+
+def prepare_fork_server(settings, preload: tuple[str, ...] = ()):
+    """Start the fork server that workers under `settings` with `preload` will use, before processes are forked that
+    will use it too (autograder.suite_server)."""
+    limits = Limits.of(settings, wall_s=0)
+    if can_fork(limits):
+        fork_server(_env(limits, INSIDE_HOME, INSIDE_CODE), _third_party(preload))
+
+
+def can_fork(limits: Limits) -> bool:
+    """Whether workers under these limits are forked: configured so, with bubblewrap and cgroups, not on a GPU."""
+    return limits.fork and _bwrap() is not None and _cgroups_work()[0] and not _gpu()
+
+
+def _env(limits: Limits, inside_home: str, inside_code: str) -> dict[str, str]:
+    n = str(limits.threads)
+    return {
+        "PATH": os.path.join(sys.prefix, "bin") + ":/usr/local/bin:/usr/bin:/bin",
+        "HOME": inside_home, "TMPDIR": inside_home, "PYTHONPATH": inside_code,
+        "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n,
+        "GRADER_THREADS": n, "MPLBACKEND": "Agg", "JUPYTER_PLATFORM_DIRS": "1",
+        # A fixed threshold: freed tensors go back to the kernel, so peak memory measures live memory.
+        "MALLOC_MMAP_THRESHOLD_": "262144",
+        "LANG": "C.UTF-8", "GRADER_DEVICE": os.environ.get("GRADER_DEVICE", "cpu"),
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "") if _gpu() else "",
+    }
 
 
 @dataclass
@@ -260,24 +330,12 @@ class Sandbox:
     def missing(self) -> list[str]:
         return [name for name, ok in self.protections.items() if not ok]
 
-    def _env(self, inside_home: str, inside_code: str) -> dict[str, str]:
-        n = str(self.limits.threads)
-        return {
-            "PATH": os.path.join(sys.prefix, "bin") + ":/usr/local/bin:/usr/bin:/bin",
-            "HOME": inside_home, "TMPDIR": inside_home, "PYTHONPATH": inside_code,
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1",
-            "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n,
-            "GRADER_THREADS": n, "MPLBACKEND": "Agg", "JUPYTER_PLATFORM_DIRS": "1",
-            # A fixed threshold: freed tensors go back to the kernel, so peak memory measures live memory.
-            "MALLOC_MMAP_THRESHOLD_": "262144",
-            "LANG": "C.UTF-8", "GRADER_DEVICE": os.environ.get("GRADER_DEVICE", "cpu"),
-            "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "") if _gpu() else "",
-        }
-
-    def command(self, argv: list[str]) -> tuple[list[str], dict]:
-        """The full command line and environment that run `argv` (paths inside) in the sandbox."""
+    def command(self, argv: list[str], program: str | None = None) -> tuple[list[str], dict]:
+        """The full command line and environment that run `argv` (paths inside) in the sandbox, with Python unless
+        another `program` is named."""
+        program = program or _python()
         if self.bwrap:
-            env = self._env(INSIDE_HOME, INSIDE_CODE)
+            env = _env(self.limits, INSIDE_HOME, INSIDE_CODE)
             size = str(self.limits.disk)
             # /tmp first: the views bound after it (a virtual environment under /tmp) stay visible.
             cmd = [self.bwrap, "--size", size, "--tmpfs", "/tmp", *_base_binds(),
@@ -295,9 +353,9 @@ class Sandbox:
                         cmd += ["--ro-bind", path, path]
             for k, v in env.items():
                 cmd += ["--setenv", k, v]
-            return cmd + ["--", _python(), *argv], env
-        env = self._env(str(self.home), str(self.files))
-        return [_python(), *argv], env
+            return cmd + ["--", program, *argv], env
+        env = _env(self.limits, str(self.home), str(self.files))
+        return [program, *argv], env
 
     def put(self, name: str, data: bytes | str) -> str:
         """Write an input file the sandbox can read (not write); returns its path inside."""
@@ -310,12 +368,53 @@ class Sandbox:
         rel = Path(path).resolve().relative_to(self.files.resolve())
         return str(Path(INSIDE_CODE if self.bwrap else self.files) / rel)
 
-    def popen(self, argv: list[str], **kw) -> subprocess.Popen:
-        cmd, env = self.command(argv)
+    def popen(self, argv: list[str], program: str | None = None, **kw) -> subprocess.Popen:
+        cmd, env = self.command(argv, program)
         cwd = self.dir if self.bwrap else self.home
         proc = subprocess.Popen(cmd, env=env, cwd=cwd, preexec_fn=_limit_process(self.limits, self.cgroup), **kw)
         self.procs.append(proc)
         return proc
+
+    def spawn(self, argv: list[str], stderr: int) -> "subprocess.Popen | Forked":
+        """Start a worker (`argv`: worker.py and its arguments, paths inside) reading stdin and writing stdout
+        through pipes: forked from the fork server where it can be (`can_fork`), else started by bubblewrap."""
+        if can_fork(self.limits) and self.cgroup is not None:
+            try:
+                return self.fork(argv, stderr)
+            except OSError as e:
+                sys.stderr.write(f"grader: a worker could not be forked ({e}); it is started by bubblewrap\n")
+        return self.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
+
+    def fork(self, argv: list[str], stderr: int) -> Forked:
+        """A worker forked from the fork server into this sandbox (autograder.forkserver): a placeholder started by
+        bubblewrap makes the sandbox's namespaces and mount tree; the forked worker enters them."""
+        target = self.placeholder(stderr)
+        env, modules = _env(self.limits, INSIDE_HOME, INSIDE_CODE), _third_party(argv[1:])
+        request = (target, self.cgroup.procs_files(), _rlimits(self.limits), argv, stderr)
+        try:
+            proc = fork_server(env, modules).fork(*request)
+        except (ConnectionError, FileNotFoundError):      # the server ended: a new one takes the request
+            with _FORK_LOCK:
+                _FORK_SERVERS.pop((tuple(sorted(env.items())), modules), None)
+            proc = fork_server(env, modules).fork(*request)
+        self.procs.append(proc)
+        return proc
+
+    def placeholder(self, stderr: int) -> int:
+        """Start bubblewrap with a program that only waits (no Python), and return its pid on the host: the process
+        whose namespaces and root a forked worker enters."""
+        holder = self.popen(["-c", "echo ready && exec sleep infinity"], program="/bin/sh", stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=stderr)
+        if _line(holder.stdout.fileno(), 30.0) != "ready":
+            raise OSError("the sandbox's placeholder did not start")
+        target = holder.pid
+        for _ in range(4):            # bubblewrap, its init in the new PID namespace, the placeholder's shell
+            with open(f"/proc/{target}/task/{target}/children") as f:
+                below = f.read().split()
+            if not below:
+                break
+            target = int(below[0])
+        return target
 
     def start(self, argv: list[str]) -> subprocess.Popen:
         """Start a process that `finish` will feed and read (it may start long before: a kernel made ready ahead)."""

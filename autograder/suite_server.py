@@ -140,7 +140,11 @@ def preload(assignment: str) -> tuple[str, ...]:
 def ready_for(assignment: str):
     """Import here what `assignment`'s suite also needs on the course's side: torch.export's tracer where its
     learners' workers import it ahead (a structure drawing traces the course's module in the suite's process),
-    once, kept out of the forked processes' collections like warm()'s imports."""
+    once, kept out of the forked processes' collections like warm()'s imports; and start the fork server of its
+    workers here, before the processes are forked that will ask it for workers."""
+    from autograder import config, sandbox
+
+    sandbox.prepare_fork_server(config.current(), preload(assignment))
     if "torch.export._trace" in preload(assignment) and "torch.export._trace" not in sys.modules:
         import torch.export._trace  # noqa: F401
         gc.freeze()

@@ -86,6 +86,20 @@ try:
 except OSError as _e:
     print("no network:", _e)
 ''',
+    # A worker is forked from the grader's fork server: look for its socket, and for anything of the course left
+    # in the memory it inherited (the server imports torch and nothing of the course).
+    "fork_server": '''
+import gc, glob, socket
+for _path in glob.glob("/tmp/**/*.sock", recursive=True) + glob.glob("/sandbox/**/*.sock", recursive=True):
+    try:
+        socket.socket(socket.AF_UNIX).connect(_path)
+        print("reached", _path)
+    except OSError:
+        pass
+_found = [o for o in gc.get_objects() if isinstance(o, str) and ("BEGIN " + "SOLUTION" in o or "def " + "test_" in o)]
+if _found:
+    print("found course text:", _found[0][:200])
+''',
     "exhaust_memory": '''
 _hog = []
 try:

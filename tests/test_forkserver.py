@@ -1,0 +1,197 @@
+"""Workers forked from the fork server (autograder.forkserver) are confined exactly as workers started by bubblewrap
+are, each in a sandbox of its own that no other learner's code ever ran in; the server takes requests only from the
+host, and a server that died is replaced."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autograder import forkserver, sandbox
+from autograder.learner import Learner
+from autograder.sandbox import Limits, Sandbox
+from conftest import ROOT
+
+PROBE = r'''
+import os, signal, socket, sys, torch
+
+def probe():
+    status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+    keep = ("Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")
+    return {"status": {k: status.get(k, "").strip() for k in keep},
+            "limits": open("/proc/self/limits").read(),
+            "mounts": sorted(" ".join((l.split()[4], l.split(" - ")[1].split()[0])) for l in open("/proc/self/mountinfo")),
+            "cgroup": open("/proc/self/cgroup").read(), "hostname": socket.gethostname(), "cwd": os.getcwd(),
+            "env": dict(os.environ), "root": sorted(os.listdir("/")), "fds": sorted(os.listdir("/proc/self/fd")),
+            "net": sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]),
+            "ids": [os.getuid(), os.geteuid(), os.getgid(), os.getegid()],
+            "path": sys.path, "argv": sys.argv, "umask": os.umask(0o022), "threads": torch.get_num_threads(),
+            "sigchld": str(signal.getsignal(signal.SIGCHLD)), "course": os.path.exists(ROOT), "marked": marked()}
+
+def marked():
+    return getattr(torch, "left_by_another_learner", None)
+'''
+
+
+def worker(code: str, fork: bool, **limits) -> Learner:
+    w = Learner([{"id": "probe", "source": code}], limits=Limits(wall_s=120, fork=fork, **limits), role="probe")
+    w.start()
+    assert type(w.proc).__name__ == ("Forked" if fork else "Popen")
+    return w
+
+
+@pytest.fixture
+def forking():
+    if not sandbox.can_fork(Limits()):
+        pytest.skip("this machine gives the grader no bubblewrap or no cgroup: workers are not forked")
+
+
+def test_a_forked_worker_is_confined_exactly_like_a_started_one(forking):
+    seen = {}
+    for fork in (True, False):
+        w = worker(PROBE.replace("ROOT", repr(str(ROOT / "solutions"))), fork)
+        try:
+            seen[fork] = w.fn("probe")()
+            if fork:          # (a started worker's pid is bubblewrap's, on the host)
+                host = {ns: os.readlink(f"/proc/self/ns/{ns}") for ns in (*forkserver.NAMESPACES, "user")}
+                theirs = {ns: os.readlink(f"/proc/{w.proc.pid}/ns/{ns}") for ns in host}
+                assert all(theirs[ns] != host[ns] for ns in host), (host, theirs)
+            assert w.proc.pid in w.sandbox.pids()
+        finally:
+            w.close()
+    forked, started = seen[True], seen[False]
+    bounding = [int(seen[fork]["status"].pop("CapBnd"), 16) for fork in (True, False)]
+    assert bounding[0] == 0 and bounding[1] != 0      # stricter: bubblewrap leaves the bounding set to the no-privs
+    for key in started:
+        assert forked[key] == started[key], (key, forked[key], started[key])
+    assert forked["status"]["CapEff"] == "0000000000000000" and forked["status"]["NoNewPrivs"] == "1"
+    assert forked["ids"][:4] == [1000] * 4 and not forked["course"] and forked["net"] == ["lo"]
+
+
+def test_each_worker_is_a_fresh_process_in_a_sandbox_of_its_own(forking):
+    """What one learner's code leaves in its process, its folders or its namespaces, the next never sees."""
+    first = worker(PROBE.replace("ROOT", "'/'") + "\ntorch.left_by_another_learner = 1\n"
+                   "open('/tmp/left', 'w').write('x'); open('/sandbox/left', 'w').write('x')\n", True)
+    second = worker(PROBE.replace("ROOT", "'/'") + "\ndef left():\n    return [os.path.exists(p) for p in "
+                    "('/tmp/left', '/sandbox/left')]\n", True)
+    try:
+        assert first.fn("marked")() == 1
+        assert second.fn("marked")() is None
+        assert second.fn("left")() == [False, False]
+        assert first.sandbox.dir != second.sandbox.dir and first.sandbox.cgroup.dirs != second.sandbox.cgroup.dirs
+        for ns in ("mnt", "pid", "net", "user", "ipc"):
+            assert os.readlink(f"/proc/{first.proc.pid}/ns/{ns}") != os.readlink(f"/proc/{second.proc.pid}/ns/{ns}")
+        assert second.proc.pid not in first.sandbox.pids()
+    finally:
+        first.close()
+        second.close()
+
+
+def spawned(code: str, limits: Limits, send: bytes = b""):
+    """Run a script as a forked worker (no worker.py): (its sandbox, its stdout, its exit code)."""
+    sb = Sandbox(limits)
+    proc = sb.spawn([sb.put("script.py", code)], stderr=2)
+    assert type(proc).__name__ == "Forked"
+    proc.stdin.write(send)
+    proc.stdin.close()
+    out = proc.stdout.read()
+    return sb, out, proc.wait(60)
+
+
+def test_a_forked_worker_ends_like_a_started_one(forking):
+    sb, out, code = spawned("import sys; print(sys.stdin.read()); sys.exit(3)", Limits(), send=b"hello")
+    sb.close()
+    assert (out, code) == (b"hello\n", 3)
+    sb = Sandbox(Limits())
+    try:
+        proc = sb.spawn([sb.put("script.py", "import time; time.sleep(60)")], stderr=2)
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(0.2)
+        assert proc.poll() is None
+        proc.kill()
+        assert proc.wait(10) == -9
+    finally:
+        sb.close()
+    sb = Sandbox(Limits())
+    proc = sb.spawn([sb.put("script.py", "import time; time.sleep(60)")], stderr=2)
+    sb.close()                                    # the whole sandbox killed, the worker with it
+    assert proc.wait(10) == -9
+
+
+def test_the_sandbox_limits_hold_for_a_forked_worker_and_its_children(forking):
+    """The cgroup's memory and process limits hold for everything the forked worker starts (as in test_sandbox)."""
+    fork_three = '''
+import os, time
+pids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        a = bytearray(400 << 20)
+        for i in range(0, len(a), 4096):
+            a[i] = 1
+        time.sleep(5)
+        os._exit(0)
+    pids.append(pid)
+print(sum(1 for p in pids if os.waitpid(p, 0)[1] == 0))
+'''
+    sb, out, _ = spawned(fork_three, Limits(wall_s=60, memory=1 << 30))
+    try:
+        assert int(out.strip() or 0) < 3, "three 400 MiB children lived in a 1 GiB sandbox"
+        assert sb.memory()[1] <= (1 << 30) + (16 << 20)
+    finally:
+        sb.close()
+    fork_many = '''
+import os, time
+n = 0
+for _ in range(100):
+    try:
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        n += 1
+    except OSError:
+        break
+print(n)
+'''
+    sb, out, _ = spawned(fork_many, Limits(wall_s=60, processes=24))
+    sb.close()
+    assert int(out.strip()) < 24
+
+
+def test_a_server_that_died_is_replaced_and_its_workers_live_on(forking):
+    first = worker("x = 1", True)
+    try:
+        for server in list(sandbox._FORK_SERVERS.values()):
+            server.proc.kill()
+            server.proc.wait(10)
+        assert first.request({"op": "echo", "token": "t"}, what="(check)")["ok"] == "t"
+        second = worker("x = 2", True)
+        assert second.request({"op": "echo", "token": "u"}, what="(check)")["ok"] == "u"
+        second.close()
+    finally:
+        first.close()
+
+
+def test_the_server_refuses_a_request_from_outside_the_host_namespaces(forking):
+    """A process in another PID namespace (as a sandboxed one is) gets no worker, even with a real placeholder."""
+    worker("x = 1", True).close()            # a server is running
+    server = next(iter(sandbox._FORK_SERVERS.values()))
+    sb = Sandbox(Limits())
+    try:
+        target = sb.placeholder(2)
+        ask = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from autograder import forkserver\n"
+               f"client = object.__new__(forkserver.ForkServer); client.path = {server.path!r}\n"
+               f"try:\n    client.fork({target}, {sb.cgroup.procs_files()!r}, [], ['/bin/true'], 2)\n"
+               f"except OSError as e:\n    print(e)\n")
+        r = subprocess.run(["unshare", "--pid", "--fork", sys.executable, "-c", ask], capture_output=True, text=True,
+                           timeout=60)
+        assert "does not come from a process of the host" in r.stdout, (r.stdout, r.stderr)
+        assert sb.pids() and all(os.readlink(f"/proc/{p}/exe").endswith(("bwrap", "sleep")) for p in sb.pids())
+    finally:
+        sb.close()
+
+
+def test_a_worker_refuses_to_start_with_the_hosts_credentials():
+    """The worker's last check before running worker.py, here on the host (root, every capability): it fails."""
+    problem = forkserver.credentials_problem()
+    assert "CapEff" in problem and "Uid/Gid" in problem and "root" in problem
