@@ -5,7 +5,9 @@ client both live inside the sandbox.  Once the kernel is ready (torch imported),
 learner's code runs, it writes `{"ready": true}` to its stdout and reads the notebook from its stdin,
 so that a kernel can be made ready before its learner is known; after each code cell, one line of JSON,
 `{"index": i, "outputs": [...]}`, so the trusted side keeps what ran before a kill or a limit, reads
-no more than it allows, and never reads a file the sandbox wrote.  A cell that raises, hangs past its
+no more than it allows, and never reads a file the sandbox wrote; `{"done": true}` last, after which the
+trusted side reads nothing more and kills the sandbox (not waiting about 2 s for the kernel to shut down:
+learner code that wrote it early would only lose its own later outputs).  A cell that raises, hangs past its
 timeout, or kills its kernel gets an error output that says so; execution goes on with a fresh kernel
 where it can.  Each cell keeps at most MAX_OUTPUTS outputs, MAX_CHARS characters of text and MAX_BYTES
 of everything its outputs hold (`cap_outputs`).  Nothing here decides a grade, and nothing here is
@@ -25,6 +27,7 @@ from nbclient.util import run_sync
 
 CUT = "\n[output cut: too long]\n"
 UNFINISHED = "this cell did not finish within {} s"     # the error output of a cell stopped at the cell limit
+DONE = {"done": True}                                      # the last line of a run
 
 
 def size(out) -> int:
@@ -138,6 +141,7 @@ def main():
             total = len(cell.outputs) + client.dropped.get(index, 0)
             outputs = cap_outputs(cell.outputs, max_chars, max_bytes, max_outputs, total)
             send({"index": index, "outputs": outputs + ([ended] if ended else [])})
+        send(DONE)                         # the grader stops reading here, without waiting for the kernel to end
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
                                     OverwriteKernelspec, SaveAutoGrades)
 from traitlets import Unicode
 
-from . import config, hidden, submission
+from . import config, execute, hidden, submission
 from .hidden import RECORD, record
 from .notebooks import TESTS_SUFFIX, cell_id, is_graded_test, nbgrader_meta
 from .sandbox import Limits, Sandbox, SandboxUnavailable
@@ -154,7 +154,8 @@ class SandboxedExecute(NbGraderPreprocessor):
             missing = sb.missing()
             if missing:
                 self.log.warning("sandbox: this grading lacks %s", "; ".join(missing))
-            run = sb.finish(proc, s.max_notebook_bytes, nbformat.writes(nb).encode())
+            run = sb.finish(proc, s.max_notebook_bytes, nbformat.writes(nb).encode(),
+                            last=json.dumps(execute.DONE).encode() + b"\n")
         if not resources[LAST]:
             _kernels.prepare(s, wall)           # the next learner's kernel, while this one is graded
         lines = run.stdout.splitlines()

@@ -422,9 +422,10 @@ class Sandbox:
         proc.tail = Tail(proc.stderr)
         return proc
 
-    def finish(self, proc: subprocess.Popen, stdout_limit: int, send: bytes = b"") -> "Run":
+    def finish(self, proc: subprocess.Popen, stdout_limit: int, send: bytes = b"", last: bytes | None = None) -> "Run":
         """Write `send` to the process, then read at most `stdout_limit` bytes of its output (it is killed when it
-        writes more) within the wall-clock limit, counted from now; then kill everything the sandbox started."""
+        writes more) within the wall-clock limit, counted from now, or up to the line `last` (the process says it
+        has nothing more to say: it is not waited for to end); then kill everything the sandbox started."""
         import select
 
         timed_out = over = False
@@ -451,6 +452,8 @@ class Sandbox:
             if len(out) > stdout_limit:
                 over = True
                 del out[stdout_limit:]
+                break
+            if last is not None and (out == last or out.endswith(b"\n" + last)):
                 break
         self.kill()
         proc.stdout.close()

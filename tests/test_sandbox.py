@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -240,3 +241,24 @@ with Sandbox(Limits(allow_unsandboxed=True)) as sb:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "refused: bubblewrap cannot run" in r.stdout, r.stdout + r.stderr
     assert OS_SANDBOX in r.stdout.split("missing:")[1], r.stdout
+
+
+def test_a_run_ends_when_its_last_line_comes():
+    """The notebook's run says `{"done": true}` last: the grader stops there, without waiting for the process to end;
+    the same text inside a line is not the last line."""
+    last = b'{"done": true}\n'
+    code = 'import sys, time\nprint("a")\nprint(%r, flush=True)\ntime.sleep(2)\nprint("after")\ntime.sleep(%d)\n'
+    for prefix, sleep in ((b"", 60), (b"x", 0)):
+        sb = Sandbox(Limits(wall_s=60))
+        try:
+            started = time.monotonic()
+            r = sb.finish(sb.start([sb.put("script.py", code % ((prefix + last).decode().strip(), sleep))]),
+                          1 << 20, last=last)
+            took = time.monotonic() - started
+        finally:
+            sb.close()
+        assert not r.timed_out
+        if prefix:
+            assert r.stdout == b"a\n" + prefix + last + b"after\n", r.stdout
+        else:
+            assert r.stdout == b"a\n" + last and took < 30, (r.stdout, took)
