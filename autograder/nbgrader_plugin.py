@@ -97,7 +97,7 @@ class _Kernels:
         except (SandboxUnavailable, OSError) as e:
             raise GraderFault(f"the sandbox could not be set up: {e}") from None
         return sb, sb.start([sb.inside(sb.files / "execute.py"), str(s.cell_timeout), str(s.max_cell_output_chars),
-                             str(s.max_cell_output_bytes), str(s.max_outputs_per_cell)])
+                             str(s.max_cell_output_bytes), str(s.max_outputs_per_cell)], preload=execute.PRELOAD)
 
     def take(self, s: config.Settings, wall: float):
         ready, self.ready = self.ready, None

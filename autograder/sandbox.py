@@ -378,18 +378,24 @@ class Sandbox:
     def spawn(self, argv: list[str], stderr: int) -> "subprocess.Popen | Forked":
         """Start a worker (`argv`: worker.py and its arguments, paths inside) reading stdin and writing stdout
         through pipes: forked from the fork server where it can be (`can_fork`), else started by bubblewrap."""
-        if can_fork(self.limits) and self.cgroup is not None:
-            try:
-                return self.fork(argv, stderr)
-            except OSError as e:
-                sys.stderr.write(f"grader: a worker could not be forked ({e}); it is started by bubblewrap\n")
-        return self.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
+        return self._forked(argv, stderr, _third_party(argv[1:])) or self.popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
 
-    def fork(self, argv: list[str], stderr: int) -> Forked:
+    def _forked(self, argv: list[str], stderr: int, modules: tuple[str, ...]) -> Forked | None:
+        """`fork` where the sandbox can (`can_fork`), else None, saying why when it could not."""
+        if not (can_fork(self.limits) and self.cgroup is not None):
+            return None
+        try:
+            return self.fork(argv, stderr, modules)
+        except OSError as e:
+            sys.stderr.write(f"grader: a process could not be forked into its sandbox ({e}); bubblewrap starts it\n")
+            return None
+
+    def fork(self, argv: list[str], stderr: int, modules: tuple[str, ...] = ()) -> Forked:
         """A worker forked from the fork server into this sandbox (autograder.forkserver): a placeholder started by
         bubblewrap makes the sandbox's namespaces and mount tree; the forked worker enters them."""
         target = self.placeholder(stderr)
-        env, modules = _env(self.limits, INSIDE_HOME, INSIDE_CODE), _third_party(argv[1:])
+        env = _env(self.limits, INSIDE_HOME, INSIDE_CODE)
         request = (target, self.cgroup.procs_files(), _rlimits(self.limits), argv, stderr)
         try:
             proc = fork_server(env, modules).fork(*request)
@@ -416,9 +422,19 @@ class Sandbox:
             target = int(below[0])
         return target
 
-    def start(self, argv: list[str]) -> subprocess.Popen:
-        """Start a process that `finish` will feed and read (it may start long before: a kernel made ready ahead)."""
-        proc = self.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    def start(self, argv: list[str], preload: tuple[str, ...] = ()) -> "subprocess.Popen | Forked":
+        """Start a process that `finish` will feed and read (it may start long before: a kernel made ready ahead),
+        forked with the modules `preload` imported where the sandbox can (`can_fork`)."""
+        read, write = os.pipe()
+        try:
+            proc = self._forked(argv, write, preload)
+        finally:
+            os.close(write)
+        if proc is not None:
+            proc.stderr = os.fdopen(read, "rb")
+        else:
+            os.close(read)
+            proc = self.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         proc.tail = Tail(proc.stderr)
         return proc
 

@@ -195,3 +195,34 @@ def test_a_worker_refuses_to_start_with_the_hosts_credentials():
     """The worker's last check before running worker.py, here on the host (root, every capability): it fails."""
     problem = forkserver.credentials_problem()
     assert "CapEff" in problem and "Uid/Gid" in problem and "root" in problem
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["fork server", "bubblewrap"])
+def test_the_notebooks_kernel_is_forked_interrupted_and_started_again(fork):
+    """The notebook's run (execute.py) forks its first kernel with torch imported; a cell past the cell limit is
+    interrupted and the next one runs in the same kernel; after a cell that ends the process, a kernel started as
+    usual runs the rest. The same outputs whether the run was forked from the fork server or started by bubblewrap."""
+    import json
+
+    import nbformat
+
+    from autograder import execute
+
+    if fork and not sandbox.can_fork(Limits()):
+        pytest.skip("this machine gives the grader no bubblewrap or no cgroup: nothing is forked")
+    cells = ["import sys\nprint('torch' in sys.modules, 'kernel')", "while True:\n    pass",
+             "print('after the interrupt')", "import os\nos._exit(3)", "print('in a new kernel')"]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    sb = Sandbox(Limits(wall_s=120, fork=fork))
+    try:
+        proc = sb.start([sb.inside(sb.files / "execute.py"), "5", "20000", str(2 << 20), "50"], preload=execute.PRELOAD)
+        assert type(proc).__name__ == ("Forked" if fork else "Popen")
+        run = sb.finish(proc, 8 << 20, nbformat.writes(nb).encode(), last=json.dumps(execute.DONE).encode() + b"\n")
+    finally:
+        sb.close()
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    assert lines[0] == {"ready": True} and lines[-1] == execute.DONE, (lines, run.stderr)
+    said = {m["index"]: json.dumps(m["outputs"]) for m in lines[1:-1]}
+    assert "True kernel" in said[0]
+    assert "TimeoutError" in said[1] and "after the interrupt" in said[2]
+    assert "DeadKernelError" in said[3] and "in a new kernel" in said[4], (said, run.stderr)
