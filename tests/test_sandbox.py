@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autograder import hidden, variants
-from autograder.sandbox import OS_SANDBOX, Limits, Sandbox, private_root
+from autograder.sandbox import OS_SANDBOX, Limits, Sandbox, can_fork, private_root
 from conftest import ROOT
 
 MIB = 1 << 20
@@ -18,9 +18,13 @@ MIB = 1 << 20
 
 def run(code: str, limits: Limits | None = None, wall: float = 60):
     sb = Sandbox(limits or Limits(wall_s=wall))
-    script = sb.put("script.py", code)
-    result = sb.run([script], stdout_limit=1 << 20)
-    return sb, result
+    proc = sb.start([sb.put("script.py", code)])
+    assert (type(proc).__name__ == "Forked") == can_fork(sb.limits), type(proc)
+    return sb, sb.finish(proc, stdout_limit=1 << 20)
+
+
+# A sandboxed process forked from the fork server (the default where it can be) or started by bubblewrap.
+HOW = pytest.mark.parametrize("fork", [True, False], ids=["fork server", "bubblewrap"])
 
 
 @pytest.fixture
@@ -33,7 +37,8 @@ def cgroups():
                     "the measurements fall back and the feedback says so")
 
 
-def test_cpu_time_counts_processes_that_ended_or_were_killed(cgroups):
+@HOW
+def test_cpu_time_counts_processes_that_ended_or_were_killed(cgroups, fork):
     """Children that burn CPU and are killed (their parent ignoring SIGCHLD) still count."""
     code = '''
 import os, signal, time
@@ -56,7 +61,7 @@ for pid in pids:
     os.kill(pid, signal.SIGKILL)
 print("done")
 '''
-    sb, r = run(code)
+    sb, r = run(code, Limits(wall_s=60, fork=fork))
     try:
         assert r.stdout.strip() == b"done", r.stderr
         assert sb.cpu_seconds() >= 3 * 0.4, sb.cpu_seconds()
@@ -91,7 +96,8 @@ print("done")
         sb.close()
 
 
-def test_process_limit_holds_for_the_sandbox_as_root(cgroups):
+@HOW
+def test_process_limit_holds_for_the_sandbox_as_root(cgroups, fork):
     code = '''
 import os, time
 n = 0
@@ -105,7 +111,7 @@ for _ in range(100):
         break
 print(n)
 '''
-    sb, r = run(code, Limits(wall_s=60, processes=24))
+    sb, r = run(code, Limits(wall_s=60, processes=24, fork=fork))
     try:
         started = int(r.stdout.strip())
         assert started < 24, f"{started} processes started against a limit of 24"
@@ -113,7 +119,8 @@ print(n)
         sb.close()
 
 
-def test_memory_limit_holds_for_all_processes_together(cgroups):
+@HOW
+def test_memory_limit_holds_for_all_processes_together(cgroups, fork):
     """Three children of 400 MiB each cannot all live in a 1 GiB sandbox (RLIMIT_AS alone would let them)."""
     code = '''
 import os, time
@@ -130,7 +137,7 @@ for _ in range(3):
 codes = [os.waitpid(p, 0)[1] for p in pids]
 print(sum(1 for c in codes if c == 0))
 '''
-    sb, r = run(code, Limits(wall_s=60, memory=1 << 30))
+    sb, r = run(code, Limits(wall_s=60, memory=1 << 30, fork=fork))
     try:
         survivors = int(r.stdout.strip() or 0)
         assert survivors < 3, "three 400 MiB children lived in a 1 GiB sandbox"
