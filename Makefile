@@ -69,7 +69,7 @@ $(VIZ_JS): package.json package-lock.json
 	cp node_modules/@viz-js/viz/dist/viz-global.js $@
 
 test: install $(CHROMIUM) postgres graphviz $(VIZ_JS)
-	$(BIN)/pytest -n 2 --dist loadgroup tests
+	$(BIN)/pytest -n 2 --dist loadgroup --durations=15 tests
 
 # Measurements, not pass/fail: speed against torch's own layers, memory, the speed check's calibration,
 # where one notebook's grading time goes, trusted grading against plain nbgrader on the same notebooks,
