@@ -304,7 +304,7 @@ class Forked:
                 pass
 
 
-def _line(fd: int, timeout: float) -> str:
+def first_line(fd: int, timeout: float) -> str:
     """The first line read from `fd` within `timeout` ("" when none came)."""
     import select
     import time
@@ -331,7 +331,7 @@ class ForkServer:
         self.path = str(folder / f"forkserver-{os.getpid()}-{uuid.uuid4().hex[:8]}.sock")
         self.proc = subprocess.Popen([python, os.path.abspath(__file__), self.path, *modules], env=env, cwd=folder,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
-        if _line(self.proc.stdout.fileno(), timeout) != "ready":
+        if first_line(self.proc.stdout.fileno(), timeout) != "ready":
             self.close()
             raise OSError("the fork server did not start (its stderr is in the grading log)")
 
@@ -354,7 +354,7 @@ class ForkServer:
         finally:
             for fd in theirs:
                 os.close(fd)
-        reply = _line(status_r, timeout)
+        reply = first_line(status_r, timeout)
         if not reply.startswith("pid "):
             for fd in (stdin_w, stdout_r, status_r):
                 os.close(fd)

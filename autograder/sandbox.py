@@ -13,6 +13,10 @@ A sandboxed process gets:
 - everywhere: per-process limits on CPU time, address space, file size and open files, a
   wall-clock limit enforced by the trusted parent, and every process killed afterwards.
 
+Where bubblewrap and a cgroup are both there, a sandboxed process is forked from a warm fork server into a
+sandbox made the same way (autograder.forkserver) instead of being started by bubblewrap: the same confinement,
+without an interpreter start and `import torch` for each one.
+
 On the host, everything a sandbox needs lives in a folder only the grader's user can enter
 (mode 0700, under one 0700 folder per user in the system's temporary folder).
 
@@ -39,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cgroups import Cgroup, why_unavailable
-from .forkserver import Forked, ForkServer, _line
+from .forkserver import Forked, ForkServer, first_line
 
 GIB = 1 << 30
 # Files the sandbox may see from the autograder: the worker side of the protocol only.
@@ -247,19 +251,9 @@ def fork_server(env: dict, modules: tuple[str, ...]) -> ForkServer:
     key = (tuple(sorted(env.items())), tuple(modules))
     with _FORK_LOCK:
         server = _FORK_SERVERS.get(key)
-        if server is None or not os.path.exists(server.path) or (server.proc.pid in _children()
-                                                                  and server.proc.poll() is not None):
+        if server is None or not os.path.exists(server.path):   # (one killed leaves its socket: see `fork`)
             server = _FORK_SERVERS[key] = ForkServer(_python(), env, modules, private_root())
         return server
-
-
-def _children() -> set[int]:
-    """The pids of this process's children (a server it started itself, not one inherited from its parent)."""
-    try:
-        with open(f"/proc/self/task/{threading.get_native_id()}/children") as f:
-            return {int(p) for p in f.read().split()}
-    except OSError:
-        return set()
 
 
 def _third_party(modules) -> tuple[str, ...]:
@@ -411,7 +405,7 @@ class Sandbox:
         whose namespaces and root a forked worker enters."""
         holder = self.popen(["-c", "echo ready && exec sleep infinity"], program="/bin/sh", stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=stderr)
-        if _line(holder.stdout.fileno(), 30.0) != "ready":
+        if first_line(holder.stdout.fileno(), 30.0) != "ready":
             raise OSError("the sandbox's placeholder did not start")
         target = holder.pid
         for _ in range(4):            # bubblewrap, its init in the new PID namespace, the placeholder's shell
@@ -532,15 +526,17 @@ class Run:
     over_limit: bool
 
 
-def kill_tree(proc: subprocess.Popen, grace: float = 0.0):
-    """Kill a sandboxed process and everything it started (same session / PID namespace)."""
+def kill_tree(proc: "subprocess.Popen | Forked", grace: float = 0.0):
+    """Kill a sandboxed process and everything it started (same session / PID namespace; a forked one's descendants
+    die with its sandbox's cgroup, and its group is not signalled: its pid is freed as soon as it ends)."""
     if proc.poll() is None and grace:
         try:
             proc.wait(grace)
         except subprocess.TimeoutExpired:
             pass
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        if not isinstance(proc, Forked):
+            os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     try:
