@@ -43,13 +43,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cgroups import Cgroup, why_unavailable
-from .forkserver import Forked, ForkServer, first_line
+from .forkserver import INSIDE_CODE, INSIDE_HOME, Forked, ForkServer, first_line
 
 GIB = 1 << 30
 # Files the sandbox may see from the autograder: the worker side of the protocol only.
 SANDBOX_FILES = ("worker.py", "protocol.py", "execute.py", "parts.py", "graph.py")
-INSIDE_CODE = "/opt/grader"
-INSIDE_HOME = "/sandbox"
 
 OS_SANDBOX = "OS sandbox (bubblewrap): own user, PID, network and mount namespaces, no course files"
 DISK_CAP = "writable space capped (/sandbox and /tmp are sized tmpfs counted in memory)"
