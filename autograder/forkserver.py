@@ -17,8 +17,9 @@ forks a request process, trusted code, which:
   3. enters the placeholder's network, IPC, UTS, cgroup, PID and mount namespaces and its root folder, then its user
      namespace; becomes the sandbox's user 1000 with no supplementary groups, drops every capability (the bounding
      and ambient sets included) and sets no_new_privs;
-  4. forks the worker, the next process of the sandbox's PID namespace, reports its pid, waits for it and reports its
-     exit status ("pid N", then "exit CODE", on a pipe of the grader's).
+  4. forks the worker, the next process of the sandbox's PID namespace, reports its pid, waits for it, ends the
+     placeholder (and with it the PID namespace: whatever the worker left running dies, as when a worker started by
+     bubblewrap ends) and reports its exit status ("pid N", then "exit CODE", on a pipe of the grader's).
 The worker checks its credentials once more (fail closed: it ends before any learner code otherwise), takes the
 pipes as stdin, stdout and stderr, closes every other descriptor, reseeds numpy's global generator (Python's
 `random` reseeds itself after a fork) and runs the sandbox's own copy of worker.py as `python worker.py` would.
@@ -190,6 +191,7 @@ def _serve(conn: socket.socket):
         req = json.loads(msg)
         target = _check(req, conn)
         conn.close()
+        holder = os.pidfd_open(target)
         _enter(req, target)
         pid = os.fork()
     except Exception as e:  # noqa: BLE001 - said to the grader, which fails the worker's start
@@ -202,6 +204,10 @@ def _serve(conn: socket.socket):
         os.close(fd)
     os.write(status, f"pid {pid}\n".encode())
     _, st = os.waitpid(pid, 0)
+    try:                   # the placeholder ends, and with it the PID namespace and all the worker left running
+        signal.pidfd_send_signal(holder, signal.SIGKILL)
+    except OSError:
+        pass
     os.write(status, f"exit {os.waitstatus_to_exitcode(st)}\n".encode())
     os._exit(0)
 

@@ -4,12 +4,13 @@ host, and a server that died is replaced."""
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from autograder import forkserver, sandbox
 from autograder.learner import Learner
-from autograder.sandbox import Limits, Sandbox
+from autograder.sandbox import Limits, Sandbox, wait_until
 from conftest import ROOT
 
 PROBE = r'''
@@ -116,6 +117,14 @@ def test_a_forked_worker_ends_like_a_started_one(forking):
     proc = sb.spawn([sb.put("script.py", "import time; time.sleep(60)")], stderr=2)
     sb.close()                                    # the whole sandbox killed, the worker with it
     assert proc.wait(10) == -9
+    orphan = "import os, subprocess\nsubprocess.Popen(['sleep', '60'], start_new_session=True)\nos._exit(0)\n"
+    started = time.monotonic()
+    sb, out, code = spawned(orphan, Limits())     # what it left running dies with it: its stdout ends at once
+    try:
+        assert code == 0 and time.monotonic() - started < 20
+        assert wait_until(lambda: not sb.pids(), 10), sb.pids()
+    finally:
+        sb.close()
 
 
 def test_a_server_that_died_is_replaced_and_its_workers_live_on(forking):
