@@ -268,8 +268,9 @@ def prepare_fork_server(settings, preload: tuple[str, ...] = ()):
 
 
 def can_fork(limits: Limits) -> bool:
-    """Whether workers under these limits are forked: configured so, with bubblewrap and cgroups, not on a GPU."""
-    return limits.fork and _bwrap() is not None and _cgroups_work()[0] and not _gpu()
+    """Whether workers under these limits are forked: configured so, with bubblewrap and cgroups, not on a GPU, and as
+    root (entering another mount namespace takes capabilities on the host, which an instructor's own user lacks)."""
+    return limits.fork and os.geteuid() == 0 and _bwrap() is not None and _cgroups_work()[0] and not _gpu()
 
 
 def _env(limits: Limits, inside_home: str, inside_code: str) -> dict[str, str]:
