@@ -165,7 +165,9 @@ def _child(read_fd: int, shared: dict, env: dict, assignment: str):
         worker = None                      # the suite starts one itself, and says why if it cannot
     with os.fdopen(read_fd) as f:
         line = f.readline()
-    if not line:
+    if not line:                           # discarded: no learner came for it
+        if worker is not None:
+            worker.close()                 # its sandbox's folder and cgroup go too
         os._exit(0)
     req = json.loads(line)
     log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -126,3 +126,23 @@ def test_the_next_learners_process_starts_while_this_one_is_graded():
     grading = hidden.grade(variants.submission(PE), PE)
     assert scores(grading) == first
     assert [role for role, _ in grading.profile["workers"]].count("learner") == 1
+
+
+def test_a_batch_leaves_nothing_behind_on_the_host(tmp_path, monkeypatch):
+    """When the warm suite process ends, nothing it made stays on the host: not the sandbox (folder and cgroup) of
+    the worker made ready for a learner who never came, not the fork server or its socket."""
+    from autograder.sandbox import wait_until
+
+    for server in hidden._SERVERS:
+        server.close()
+    hidden._SERVERS.clear()
+    monkeypatch.setenv("TMPDIR", str(tmp_path))        # the new suite process's private folder is here
+    try:
+        assert scores(hidden.grade(variants.submission(PE), PE))["sinusoidal_encoding_tests"] == 4
+        assert status("ready") is not None               # the next learner's process and worker, made ready
+    finally:
+        hidden._SERVERS[0].close()
+        hidden._SERVERS.clear()
+    root = tmp_path / f"grader-{os.geteuid()}"
+    assert root.is_dir()
+    assert wait_until(lambda: not list(root.iterdir()), 10), sorted(p.name for p in root.iterdir())
