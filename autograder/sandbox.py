@@ -27,6 +27,7 @@ actually applied, and the log, the feedback and the class report name what was m
 from __future__ import annotations
 
 import collections
+import contextlib
 import glob
 import os
 import shutil
@@ -394,7 +395,9 @@ class Sandbox:
             proc = fork_server(env, modules).fork(*request)
         except (ConnectionError, FileNotFoundError):      # the server ended: a new one takes the request
             with _FORK_LOCK:
-                _FORK_SERVERS.pop((tuple(sorted(env.items())), modules), None)
+                dead = _FORK_SERVERS.pop((tuple(sorted(env.items())), modules), None)
+            with contextlib.suppress(OSError, AttributeError):
+                os.unlink(dead.path)                      # the socket a killed server could not remove
             proc = fork_server(env, modules).fork(*request)
         self.procs.append(proc)
         return proc
