@@ -80,6 +80,16 @@ class Cgroup:
         return cg
 
     @classmethod
+    def existing(cls, name: str) -> "Cgroup | None":
+        """The cgroup `create(name)` made, where it still exists (None when it does not)."""
+        own = _own_paths()
+        if _is_v2_root():
+            d = ROOT / own.get("", "/").lstrip("/") / PARENT / name
+            return cls({c: d for c in ("cpuacct", "memory", "pids")}, v2=True) if d.is_dir() else None
+        dirs = {c: ROOT / c / own[c].lstrip("/") / PARENT / name for c in V1 if c in own}
+        return cls(dirs, v2=False) if len(dirs) == len(V1) and any(d.is_dir() for d in dirs.values()) else None
+
+    @classmethod
     def _create_v1(cls, name: str) -> "Cgroup | None":
         own = _own_paths()
         dirs = {}

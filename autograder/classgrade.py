@@ -103,6 +103,7 @@ from pathlib import Path
 
 from . import ROOT, config, grade
 from .release import nbgrader
+from .sandbox import sweep
 
 DEFAULT_RETRIES = 2
 GRADER, SUBMISSION = grade.GRADER_ERROR, grade.NOT_GRADED       # the two kinds of failure
@@ -236,6 +237,9 @@ class _Watchdog:
                     p.kill()
                 except psutil.Error:
                     pass
+            psutil.wait_procs(tree, timeout=10)
+            for p in tree:               # what their sandboxes and fork servers left on the host
+                sweep(p.pid)
 
     def cancel(self):
         self._timer.cancel()

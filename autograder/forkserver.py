@@ -4,7 +4,7 @@ Starting a worker in bubblewrap costs an interpreter and `import torch` (with a 
 CPU), paid for every learner and every worker of course code. The fork server pays it once per batch: a host process
 that the grader starts from a fresh interpreter (so it holds nothing of the course: no suite, no solution, no
 gradebook, no learner's code), with the sandbox's environment, imports torch and the workers' other third-party
-modules, and then only forks. Run as `python forkserver.py SOCKET MODULE...`; it ends when its stdin closes.
+modules, and then only forks. Run as `python forkserver.py SOCKET MODULE...` in the socket's folder; it ends when its stdin closes.
 
 The grader makes each sandbox as before (a private folder, a cgroup) and starts in it a bubblewrap placeholder that
 runs no Python: it holds the sandbox's fresh namespaces and mount tree. It connects to the server's socket (in the
@@ -213,7 +213,7 @@ def _serve(conn: socket.socket):
 
 
 def main():
-    path, modules = sys.argv[1], sys.argv[2:]
+    path, modules = os.path.basename(sys.argv[1]), sys.argv[2:]      # in its folder, the working directory
     import torch
 
     torch.set_num_threads(int(os.environ.get("GRADER_THREADS", "1")))
@@ -327,6 +327,18 @@ def first_line(fd: int, timeout: float) -> str:
     return data.split(b"\n", 1)[0].decode(errors="replace")
 
 
+def _connect(conn: socket.socket, path: str):
+    """Connect to the socket at `path`, through a descriptor of its folder where the path is too long for a Unix
+    socket's address (108 bytes: a grader's temporary folder can be deep)."""
+    if len(path.encode()) < 100:
+        return conn.connect(path)
+    folder = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        conn.connect(f"/proc/self/fd/{folder}/{os.path.basename(path)}")
+    finally:
+        os.close(folder)
+
+
 class ForkServer:
     """A fork server started by this process (`python forkserver.py`), with the sandbox's environment `env`."""
 
@@ -350,7 +362,7 @@ class ForkServer:
         ours, theirs = (stdin_w, stdout_r, status_r), (stdin_r, stdout_w, status_w)
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-                conn.connect(self.path)
+                _connect(conn, self.path)
                 req = {"target": target, "cgroup": cgroup, "rlimits": rlimits, "argv": argv}
                 socket.send_fds(conn, [json.dumps(req).encode()], [stdin_r, stdout_w, stderr, status_w])
         except OSError:

@@ -265,7 +265,10 @@ def prepare_fork_server(settings, preload: tuple[str, ...] = ()):
     will use it too (autograder.suite_server)."""
     limits = Limits.of(settings, wall_s=0)
     if can_fork(limits):
-        fork_server(_env(limits, INSIDE_HOME, INSIDE_CODE), _third_party(preload))
+        try:
+            fork_server(_env(limits, INSIDE_HOME, INSIDE_CODE), _third_party(preload))
+        except OSError as e:          # each worker tries again, and is started by bubblewrap if it cannot be forked
+            sys.stderr.write(f"grader: the fork server did not start ({e})\n")
 
 
 def can_fork(limits: Limits) -> bool:
@@ -305,7 +308,7 @@ class Sandbox:
             raise SandboxUnavailable("bubblewrap cannot run on this machine, so learner code would run without an OS "
                                      "sandbox; grading stops (an instructor may allow it explicitly: "
                                      "GRADER_ALLOW_UNSANDBOXED=1 or c.Grader.allow_unsandboxed = True)")
-        self.dir = Path(tempfile.mkdtemp(prefix="sandbox-", dir=private_root()))
+        self.dir = Path(tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-", dir=private_root()))
         self.files = self.dir / "grader"
         self.files.mkdir()
         here = Path(__file__).parent
@@ -517,6 +520,20 @@ class Sandbox:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def sweep(pid: int):
+    """Remove what the process `pid`, which has ended, left behind on the host when it was killed before it could
+    close its sandboxes: their processes, cgroups and folders, and the socket of a fork server it started."""
+    root = private_root()
+    for folder in root.glob(f"sandbox-{pid}-*"):
+        cgroup = Cgroup.existing(folder.name)
+        if cgroup is not None:
+            cgroup.remove()
+        shutil.rmtree(folder, ignore_errors=True)
+    for socket_file in root.glob(f"forkserver-{pid}-*.sock"):
+        with contextlib.suppress(OSError):
+            socket_file.unlink()
 
 
 @dataclass

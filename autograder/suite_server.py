@@ -215,9 +215,13 @@ def _discard(ready: tuple):
 
 
 def _wait(pid: int, deadline: float) -> int | None:
+    """The exit code of a learner's process (None: killed at `deadline`); what its sandboxes left is removed."""
+    from autograder.sandbox import sweep
+
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
+            sweep(pid)
             return os.waitstatus_to_exitcode(status)
         if time.time() > deadline:
             for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
@@ -226,6 +230,7 @@ def _wait(pid: int, deadline: float) -> int | None:
                 except ProcessLookupError:
                     pass
             os.waitpid(pid, 0)
+            sweep(pid)
             return None
         time.sleep(0.02)
 

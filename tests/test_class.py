@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 from autograder import classgrade, grade, hidden, report, variants
+from conftest import ROOT
 
 pytestmark = pytest.mark.xdist_group("class-scale")
 ASG = "positional_encoding"
@@ -281,6 +282,35 @@ def test_a_learner_over_time_is_stopped_with_its_process_tree(tmp_path, monkeypa
     survivors = [p for p in psutil.process_iter(["cmdline", "create_time"])
                  if p.info["cmdline"] == ["sleep", "300"] and p.info["create_time"] >= started - 1]
     assert not survivors
+
+
+def test_a_learner_stopped_over_time_leaves_no_sandbox_behind(tmp_path, monkeypatch):
+    """Its process tree is killed before it could close its sandboxes: their processes, cgroups and folders, and the
+    socket of the fork server it started, are removed after it (in a private folder of this test's)."""
+    import tempfile
+
+    from autograder.cgroups import Cgroup
+    from autograder.sandbox import wait_until
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))          # the folder the sweep looks in, here
+    made = tmp_path / "made"
+
+    def slow(grading_dir, assignment, learner=None, extra=(), stdout=None, **kw):
+        code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r})\n"
+                "from autograder.sandbox import Limits, Sandbox\n"
+                "sb = Sandbox(Limits())\n"
+                "sb.start([sb.put('s.py', 'import time; time.sleep(300)')])\n"
+                f"open({str(made)!r}, 'w').write(sb.dir.name)\n"
+                "time.sleep(300)\n")
+        return subprocess.run([sys.executable, "-c", code, f"--student={learner}"], stdout=stdout,
+                              env={**os.environ, "TMPDIR": str(tmp_path)})
+    monkeypatch.setattr(classgrade.grade, "autograde", slow)
+    o = classgrade.autograde_learner(str(tmp_path), ASG, "slowpoke", "sqlite:///x.db", timeout=20)
+    assert not o["ok"] and "did not finish within 20 s" in o["reason"]
+    root = tmp_path / f"grader-{os.geteuid()}"
+    assert made.exists() and root.is_dir(), "the learner's process did not get as far as making its sandbox"
+    assert wait_until(lambda: not list(root.iterdir()), 10), sorted(p.name for p in root.iterdir())
+    assert Cgroup.existing(made.read_text()) is None
 
 
 def test_the_report_counts_the_verdicts_as_recorded(tmp_path):

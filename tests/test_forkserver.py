@@ -195,3 +195,22 @@ def test_the_notebooks_kernel_is_forked_interrupted_and_started_again(fork):
     assert "True kernel" in said[0]
     assert "TimeoutError" in said[1] and "after the interrupt" in said[2]
     assert "DeadKernelError" in said[3] and "in a new kernel" in said[4], (said, run.stderr)
+
+
+def test_the_server_is_reached_from_a_deep_private_folder(forking, tmp_path, monkeypatch):
+    """A Unix socket's address holds at most 108 bytes; a grader's temporary folder may be deeper than that."""
+    import tempfile
+
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    monkeypatch.setattr(sandbox, "_FORK_SERVERS", {})
+    w = worker("x = 1", True)
+    try:
+        assert w.request({"op": "echo", "token": "deep"}, what="(check)")["ok"] == "deep"
+        sockets = list(deep.glob("grader-*/forkserver-*.sock"))
+        assert sockets and all(len(str(p)) > 108 for p in sockets)
+    finally:
+        w.close()
+        for server in sandbox._FORK_SERVERS.values():
+            server.close()
