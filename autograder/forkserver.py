@@ -311,20 +311,21 @@ class Forked:
 
 
 def first_line(fd: int, timeout: float) -> str:
-    """The first line read from `fd` within `timeout` ("" when none came)."""
+    """The first line read from `fd` within `timeout` ("" when none came), read a byte at a time so that nothing
+    after it is taken from the pipe (a worker's exit status may follow its pid at once)."""
     import select
     import time
 
     data, deadline = b"", time.monotonic() + timeout
-    while b"\n" not in data:
+    while not data.endswith(b"\n"):
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
             break
-        chunk = os.read(fd, 1 << 12)
-        if not chunk:
+        byte = os.read(fd, 1)
+        if not byte:
             break
-        data += chunk
-    return data.split(b"\n", 1)[0].decode(errors="replace")
+        data += byte
+    return data.rstrip(b"\n").decode(errors="replace")
 
 
 def _connect(conn: socket.socket, path: str):
