@@ -8,8 +8,9 @@ memory and process limits hold for the sandbox as a whole, root or not.
 
 Two layouts are supported:
 - cgroup v1 (separate `cpuacct`, `memory` and `pids` hierarchies, writable as root);
-- cgroup v2 (one unified hierarchy) where the grader's own cgroup is delegated to it (for a
-  non-root instructor, `systemd-run --user --scope -p Delegate=yes ...`).
+- cgroup v2 (one unified hierarchy, as on current distributions): as root, under the top of the
+  hierarchy; otherwise where the grader's own cgroup is delegated to it (for a non-root instructor,
+  `systemd-run --user --scope -p Delegate=yes ...`).
 `Cgroup.create` returns None, and `why_unavailable()` says why, where neither can be used.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path("/sys/fs/cgroup")
 V1 = ("cpuacct", "memory", "pids")
+V2_CONTROLLERS = ("memory", "pids")      # CPU time (cpu.stat) is counted in every v2 cgroup without a controller
 PARENT = "grader-sandboxes"
 
 
@@ -45,6 +47,14 @@ def _is_v2_root() -> bool:
         return False
 
 
+def v2_parents(root: Path = ROOT) -> list[Path]:
+    """Where the sandboxes' cgroups may live in a v2 hierarchy mounted at `root`, in order of preference: as root,
+    the top of the hierarchy (the only cgroup that can give its children controllers while it holds processes);
+    then one level below the grader's own cgroup (a delegated one: it must hold no process but the grader's)."""
+    own = root / _own_paths().get("", "/").lstrip("/")
+    return list(dict.fromkeys(([root / PARENT] if os.geteuid() == 0 else []) + [own / PARENT]))
+
+
 _REASON: list[str] = []
 
 
@@ -58,6 +68,7 @@ class Cgroup:
 
     def __init__(self, dirs: dict[str, Path], v2: bool):
         self.dirs, self.v2 = dirs, v2
+        self._peak_fd: int | None = None       # v2: the memory.peak file whose reset this sandbox's readings use
 
     # -- creation -------------------------------------------------------------------------------
     @classmethod
@@ -73,6 +84,8 @@ class Cgroup:
         try:
             cg._write("memory", "memory.max" if cg.v2 else "memory.limit_in_bytes", str(memory_limit))
             cg._write("pids", "pids.max", str(pids_max))
+            if cg.v2 and cg._path("memory", "memory.swap.max").exists():
+                cg._write("memory", "memory.swap.max", "0")      # the limit is not stretched by swapping out
         except OSError as e:
             cg.remove()
             _REASON.append(f"cannot set the sandbox's cgroup limits ({e.strerror or e})")
@@ -84,8 +97,10 @@ class Cgroup:
         """The cgroup `create(name)` made, where it still exists (None when it does not)."""
         own = _own_paths()
         if _is_v2_root():
-            d = ROOT / own.get("", "/").lstrip("/") / PARENT / name
-            return cls({c: d for c in ("cpuacct", "memory", "pids")}, v2=True) if d.is_dir() else None
+            for parent in v2_parents():
+                if (parent / name).is_dir():
+                    return cls({c: parent / name for c in ("cpuacct", "memory", "pids")}, v2=True)
+            return None
         dirs = {c: ROOT / c / own[c].lstrip("/") / PARENT / name for c in V1 if c in own}
         return cls(dirs, v2=False) if len(dirs) == len(V1) and any(d.is_dir() for d in dirs.values()) else None
 
@@ -111,19 +126,19 @@ class Cgroup:
         return cls(dirs, v2=False)
 
     @classmethod
-    def _create_v2(cls, name: str) -> "Cgroup | None":
-        own = ROOT / _own_paths().get("", "/").lstrip("/")
-        parent = own / PARENT
-        parent.mkdir(exist_ok=True)
-        # A v2 cgroup gives its children controllers only when it holds no process itself: the
-        # grader's own cgroup does, so the sandboxes live one level down, in PARENT.
-        have = set((parent / "cgroup.controllers").read_text().split())
-        if not {"cpu", "memory", "pids"} <= have:
-            (own / "cgroup.subtree_control").write_text("+cpu +memory +pids")
-        (parent / "cgroup.subtree_control").write_text("+cpu +memory +pids")
-        d = parent / name
-        d.mkdir()
-        return cls({c: d for c in ("cpuacct", "memory", "pids")}, v2=True)
+    def _create_v2(cls, name: str, root: Path = ROOT) -> "Cgroup":
+        """A cgroup with the memory and pids controllers in the v2 hierarchy at `root` (see `v2_parents`)."""
+        errors = []
+        for parent in v2_parents(root):
+            try:
+                _give_controllers(parent)
+            except OSError as e:
+                errors.append(f"{parent}: {e.strerror or e}")
+                continue
+            d = parent / name
+            d.mkdir()
+            return cls({c: d for c in ("cpuacct", "memory", "pids")}, v2=True)
+        raise OSError(f"no cgroup v2 folder gives the {' and '.join(V2_CONTROLLERS)} controllers ({'; '.join(errors)})")
 
     # -- use ----------------------------------------------------------------------------------------
     def _path(self, controller: str, file: str) -> Path:
@@ -160,6 +175,8 @@ class Cgroup:
 
     def memory_peak(self) -> int:
         """Bytes: the most the sandbox held at once since the last `reset_memory_peak`."""
+        if self._peak_fd is not None:
+            return int(os.pread(self._peak_fd, 64, 0))
         return int(self._read("memory", "memory.peak" if self.v2 else "memory.max_usage_in_bytes"))
 
     def memory_held(self) -> int:
@@ -169,7 +186,24 @@ class Cgroup:
         return stat["anon" if self.v2 else "rss"] + stat["shmem"]
 
     def reset_memory_peak(self):
-        self._write("memory", "memory.peak" if self.v2 else "memory.max_usage_in_bytes", "0")
+        """Start a new peak. On v2 the reset holds for the open file it was written to (Linux 6.12 and later), which
+        is kept for `memory_peak`; an older kernel cannot reset it, and says so (OSError)."""
+        if not self.v2:
+            self._write("memory", "memory.max_usage_in_bytes", "0")
+            return
+        self._close_peak()
+        fd = os.open(self._path("memory", "memory.peak"), os.O_RDWR)
+        try:
+            os.write(fd, b"reset")
+        except OSError as e:
+            os.close(fd)
+            raise OSError(e.errno, "this kernel cannot reset a cgroup v2 memory peak (it needs Linux 6.12 or later)")
+        self._peak_fd = fd
+
+    def _close_peak(self):
+        if self._peak_fd is not None:
+            os.close(self._peak_fd)
+            self._peak_fd = None
 
     def pids(self) -> list[int]:
         try:
@@ -195,6 +229,7 @@ class Cgroup:
             time.sleep(0.01)
 
     def remove(self):
+        self._close_peak()
         self.kill()
         for d in dict.fromkeys(self.dirs.values()):
             for _ in range(100):
@@ -205,3 +240,13 @@ class Cgroup:
                     break
                 except OSError:      # a killed process not yet gone
                     time.sleep(0.01)
+
+
+def _give_controllers(parent: Path):
+    """Make `parent` (a folder of sandboxes' cgroups) and give it, and through it its children, the v2 controllers."""
+    parent.mkdir(exist_ok=True)
+    need = set(V2_CONTROLLERS)
+    if not need <= set((parent / "cgroup.controllers").read_text().split()):
+        (parent.parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in V2_CONTROLLERS))
+    if not need <= set((parent / "cgroup.subtree_control").read_text().split()):
+        (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in V2_CONTROLLERS))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autograder import hidden, variants
-from autograder.sandbox import OS_SANDBOX, Limits, Sandbox, can_fork, private_root
+from autograder.sandbox import OS_SANDBOX, Limits, Sandbox, can_fork, private_root, wait_until
 from conftest import ROOT
 
 MIB = 1 << 20
@@ -269,3 +269,53 @@ def test_a_run_ends_when_its_last_line_comes():
             assert r.stdout == b"a\n" + prefix + last + b"after\n", r.stdout
         else:
             assert r.stdout == b"a\n" + last and took < 30, (r.stdout, took)
+
+
+# -- cgroup v2, which most machines have (this one mounts it beside v1, with none of the controllers it needs) --------
+def _v2_mount():
+    """A cgroup v2 hierarchy of this machine where this process may make cgroups (None when there is none)."""
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        _, where, kind, *_ = line.split()
+        if kind == "cgroup2" and os.access(where, os.W_OK):
+            return Path(where)
+    return None
+
+
+V2 = _v2_mount()
+needs_v2 = pytest.mark.skipif(V2 is None, reason="no writable cgroup v2 hierarchy here")
+
+
+@needs_v2
+def test_a_v2_cgroup_counts_cpu_time_and_kills_everything_inside():
+    """What a v2 sandbox's cgroup does without its controllers: CPU time (cpu.stat), the list of its processes, a
+    kill that reaches a process that left its session, and removal."""
+    from autograder.cgroups import PARENT, Cgroup
+
+    parent = V2 / PARENT
+    parent.mkdir(exist_ok=True)
+    d = parent / f"test-{os.getpid()}"
+    d.mkdir()
+    cg = Cgroup({c: d for c in ("cpuacct", "memory", "pids")}, v2=True)
+    try:
+        burn = subprocess.Popen([sys.executable, "-c", "import os, time\nos.setsid()\nt = time.process_time()\n"
+                                 "while time.process_time() - t < 0.5: pass\ntime.sleep(60)"],
+                                preexec_fn=cg.attach)
+        assert wait_until(lambda: cg.cpu_seconds() >= 0.45, 10), cg.cpu_seconds()
+        assert burn.pid in cg.pids()
+        cg.kill()
+        assert burn.wait(5) == -9 and cg.pids() == []
+    finally:
+        cg.remove()
+    assert not d.exists()
+
+
+@needs_v2
+def test_a_v2_hierarchy_without_the_controllers_says_what_is_missing():
+    from autograder.cgroups import V2_CONTROLLERS, Cgroup
+
+    have = set((V2 / "cgroup.controllers").read_text().split())
+    if set(V2_CONTROLLERS) <= have:
+        pytest.skip(f"{V2} gives {' and '.join(V2_CONTROLLERS)}: the sandbox tests above use them")
+    with pytest.raises(OSError, match="no cgroup v2 folder gives the memory and pids controllers"):
+        Cgroup._create_v2(f"test-{os.getpid()}", root=V2)
+
