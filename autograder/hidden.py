@@ -140,7 +140,6 @@ class Recorder:
         self.records: list[dict] = []
         self.collection_errors: list[str] = []
         self.seconds: dict[str, float] = {}       # graded cell -> seconds its tests took (fixtures included)
-        self.tests: dict[str, float] = {}         # test -> seconds (fixtures included)
         self.first_test: float | None = None
         self.structure: dict[str, dict] = {}      # graded cell -> the learner's module drawn beside the course's
 
@@ -158,7 +157,6 @@ class Recorder:
             self.first_test = call.start
         cell = marker.args[0] if marker else "(none)"
         self.seconds[cell] = self.seconds.get(cell, 0.0) + call.duration
-        self.tests[item.name] = self.tests.get(item.name, 0.0) + call.duration
         for key, value in item.user_properties:
             if key == "structure" and marker:
                 self.structure[cell] = value
@@ -196,7 +194,7 @@ def _suite_main(assignment: str, out: str) -> int:
     launched = float(os.environ.get("GRADER_LAUNCHED", main_started))
     profile = {"process_start_s": main_started - launched,
                "collect_s": (recorder.first_test or time.time()) - main_started,
-               "cells_s": recorder.seconds, "tests_s": recorder.tests, "workers": learner.STARTS}
+               "cells_s": recorder.seconds, "workers": learner.STARTS}
     Path(out).write_text(json.dumps({"exit": int(code), "records": recorder.records,
                                      "collection_errors": recorder.collection_errors,
                                      "notes": sorted(learner.NOTES), "profile": profile,

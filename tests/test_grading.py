@@ -9,7 +9,7 @@ import sys
 import nbformat
 import pytest
 
-from autograder import grade, release, variants
+from autograder import grade, hidden, release, variants
 from autograder.grade_examples import example_submission, roster
 from conftest import ROOT
 from test_release import leaks, suite_lines
@@ -83,6 +83,17 @@ def test_feedback_names_the_mistake_and_hides_the_tests(graded_class):
             bug = {v.name: v for v in variants.load(ASG)}[answers[ASG]]
             for diagnosis in bug.fails.values():
                 assert diagnosis in html, (learner, diagnosis)
+
+
+def test_no_hidden_test_name_reaches_a_learner(graded_class):
+    """Neither the autograded notebook (its metadata included) nor the feedback page names a hidden test."""
+    d, _, _ = graded_class
+    names = set(re.findall(r"^def (test_\w+)", hidden.suite_path(ASG).read_text(), re.M))
+    assert len(names) > 10
+    for learner in roster():
+        for page in (d / "autograded" / learner / ASG / f"{ASG}.ipynb", d / "feedback" / learner / ASG / f"{ASG}.html"):
+            text = page.read_text()
+            assert not [n for n in names if n in text], (learner, page.name)
 
 
 def test_regrading_gives_the_same_grades(graded_class):
