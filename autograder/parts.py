@@ -54,10 +54,14 @@ class _Remote(torch.autograd.Function):
     def forward(ctx, call: _Call, *tensors):
         need = list(ctx.needs_input_grad[1:])
         state, args, kwargs = call.filled(tensors)
+        # The messages carry tensors on the CPU: the course's worker computes on this call's device, and what
+        # comes back goes where the call's tensors are (a GPU run's stay on the GPU).
+        device = next((t.device for t in tensors if t.device.type != "cpu"), torch.device("cpu"))
         reply = call.part.request({"op": "part", "state": state, "args": args, "kwargs": kwargs,
-                                   "grad": need if any(need) else None})
-        outs = [o for o in reply["outputs"]]
+                                   "grad": need if any(need) else None, "device": str(device)})
+        outs = [o.to(device) for o in reply["outputs"]]
         ctx.call, ctx.grad_id, ctx.n = call, reply.get("grad_id"), len(tensors)
+        ctx.devices = [t.device for t in tensors]
         call.as_tuple = bool(reply.get("tuple"))
         ctx.mark_non_differentiable(*[o for o in outs if not o.is_floating_point()])
         return tuple(outs)
@@ -67,7 +71,7 @@ class _Remote(torch.autograd.Function):
         if ctx.grad_id is None:
             return (None, *[None] * ctx.n)
         got = ctx.call.part.request({"op": "part_backward", "grad_id": ctx.grad_id, "grads": list(grads)})["grads"]
-        return (None, *got)
+        return (None, *[g if g is None else g.to(d) for g, d in zip(got, ctx.devices)])
 
 
 class Part:

@@ -67,7 +67,7 @@ class SandboxUnavailable(RuntimeError):
 class Limits:
     wall_s: float = 120.0          # enforced by the trusted parent
     cpu_time: int = 300            # RLIMIT_CPU, per process
-    memory: int = 4 * GIB          # the sandbox's cgroup (all processes and both tmpfs); RLIMIT_AS per process
+    memory: int = 4 * GIB          # the sandbox's cgroup (all processes and both tmpfs); RLIMIT_AS per process (CPU)
     disk: int = 128 << 20          # size of each of /sandbox and /tmp
     file_size: int = 128 << 20     # RLIMIT_FSIZE: any single file written
     open_files: int = 256          # RLIMIT_NOFILE
@@ -75,6 +75,8 @@ class Limits:
     threads: int = 1               # torch/OpenMP threads inside
     allow_unsandboxed: bool = False
     fork: bool = True              # workers forked from a fork server (autograder.forkserver) where possible
+    device: str = "cpu"            # "cuda": the GPU's device nodes and `gpu_paths` are visible inside
+    gpu_paths: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, settings, wall_s: float) -> "Limits":
@@ -82,7 +84,12 @@ class Limits:
         return cls(wall_s=wall_s, cpu_time=settings.cpu_time, memory=settings.memory, disk=settings.disk,
                    file_size=settings.disk, open_files=settings.open_files, processes=settings.processes,
                    threads=settings.threads, allow_unsandboxed=settings.allow_unsandboxed,
-                   fork=settings.fork_workers)
+                   fork=settings.fork_workers, device=settings.device,
+                   gpu_paths=tuple(p for p in settings.gpu_paths.split(":") if p))
+
+    @property
+    def gpu(self) -> bool:
+        return self.device != "cpu"
 
 
 def _bwrap() -> str | None:
@@ -154,12 +161,38 @@ def _base_binds() -> list[str]:
                 "/etc/localtime", "/etc/nsswitch.conf"):
         if os.path.exists(etc):
             args += ["--ro-bind", etc, etc]
-    prefixes = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
-    prefixes |= {os.path.realpath(sysconfig.get_paths()["purelib"])}
-    for prefix in sorted(prefixes):
-        if not prefix.startswith(("/usr/", "/bin/", "/lib")) and prefix != "/usr":
-            args += ["--ro-bind", prefix, prefix]
+    for folder in _python_folders():
+        args += ["--ro-bind", folder, folder]
     return args
+
+
+def _system(path: str) -> bool:
+    """Whether `path` lies in the system folders the sandbox sees whole."""
+    return path == "/usr" or path.startswith(("/usr/", "/bin/", "/lib", "/sbin/"))
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _python_folders() -> list[str]:
+    """The folders outside the system's that Python imports from here: its installation, the virtual environment,
+    and every other folder on its path (a `.pth` file's, PYTHONPATH's, a `pip --target` folder's), except the
+    course's own (the repository root, or a folder holding it: the course's virtual environment alone is seen)."""
+    from . import ROOT
+
+    course = os.path.realpath(ROOT)
+    envs = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
+    envs |= {os.path.realpath(sysconfig.get_paths()["purelib"])}
+    folders = [p for p in envs if not _system(p) and not any(_within(p, q) for q in envs if q != p)]
+    # sys.path[0] is the script's folder or the working folder (a grading folder, say), never an installed one.
+    for entry in sys.path if sys.flags.safe_path else sys.path[1:]:
+        path = os.path.realpath(entry) if entry else ""
+        if (not path or not os.path.exists(path) or _system(path) or any(_within(path, f) for f in folders)
+                or _within(course, path) or _within(path, course)):
+            continue
+        folders.append(path)
+    return sorted(folders)
 
 
 def _python() -> str:
@@ -167,9 +200,9 @@ def _python() -> str:
     return os.path.join(sys.prefix, "bin", "python") if sys.prefix != sys.base_prefix else sys.executable
 
 
-def _gpu() -> bool:
-    """Whether the grader was asked to time on CUDA (GRADER_DEVICE=cuda) and a GPU is there."""
-    return os.environ.get("GRADER_DEVICE", "cpu").startswith("cuda") and bool(glob.glob("/dev/nvidia*"))
+def gpu_nodes() -> list[str]:
+    """The NVIDIA GPU's device nodes of this machine (its driver's control nodes included)."""
+    return sorted(glob.glob("/dev/nvidia*"))
 
 
 def private_root() -> Path:
@@ -218,7 +251,10 @@ def _rlimits(limits: Limits) -> list[tuple[int, int]]:
     """The per-process limits of a sandboxed process, (resource, value)."""
     import resource
 
-    return [(resource.RLIMIT_CPU, limits.cpu_time), (resource.RLIMIT_AS, limits.memory),
+    # On a GPU the address space is not limited: CUDA maps far more than it uses when it starts (the cgroup limits
+    # the memory the sandbox really holds).
+    address_space = [] if limits.gpu else [(resource.RLIMIT_AS, limits.memory)]
+    return [(resource.RLIMIT_CPU, limits.cpu_time), *address_space,
             (resource.RLIMIT_FSIZE, limits.file_size), (resource.RLIMIT_NOFILE, limits.open_files),
             (resource.RLIMIT_NPROC, limits.processes), (resource.RLIMIT_CORE, 0)]
 
@@ -274,21 +310,27 @@ def prepare_fork_server(settings, preload: tuple[str, ...] = ()):
 def can_fork(limits: Limits) -> bool:
     """Whether workers under these limits are forked: configured so, with bubblewrap and cgroups, not on a GPU, and as
     root (entering another mount namespace takes capabilities on the host, which an instructor's own user lacks)."""
-    return limits.fork and os.geteuid() == 0 and _bwrap() is not None and _cgroups_work()[0] and not _gpu()
+    return limits.fork and os.geteuid() == 0 and _bwrap() is not None and _cgroups_work()[0] and not limits.gpu
 
 
 def _env(limits: Limits, inside_home: str, inside_code: str) -> dict[str, str]:
     n = str(limits.threads)
+    # PYTHONPATH's folders of this process that the sandbox sees (not the course's), after the worker's own code
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.realpath(p) in _python_folders()]
+    gpu = {}
+    if limits.gpu:
+        # Unset, every GPU of the machine is visible; an empty value would hide them all.
+        gpu = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH") if k in os.environ}
     return {
         "PATH": os.path.join(sys.prefix, "bin") + ":/usr/local/bin:/usr/bin:/bin",
-        "HOME": inside_home, "TMPDIR": inside_home, "PYTHONPATH": inside_code,
+        "HOME": inside_home, "TMPDIR": inside_home, "PYTHONPATH": os.pathsep.join([inside_code, *extra]),
+        "USER": "learner", "LOGNAME": "learner",        # the sandbox's user has no entry in a passwd file
         "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1",
         "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n,
         "GRADER_THREADS": n, "MPLBACKEND": "Agg", "JUPYTER_PLATFORM_DIRS": "1",
         # A fixed threshold: freed tensors go back to the kernel, so peak memory measures live memory.
         "MALLOC_MMAP_THRESHOLD_": "262144",
-        "LANG": "C.UTF-8", "GRADER_DEVICE": os.environ.get("GRADER_DEVICE", "cpu"),
-        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "") if _gpu() else "",
+        "LANG": "C.UTF-8", "GRADER_DEVICE": limits.device, **gpu,
     }
 
 
@@ -308,6 +350,9 @@ class Sandbox:
             raise SandboxUnavailable("bubblewrap cannot run on this machine, so learner code would run without an OS "
                                      "sandbox; grading stops (an instructor may allow it explicitly: "
                                      "GRADER_ALLOW_UNSANDBOXED=1 or c.Grader.allow_unsandboxed = True)")
+        if self.limits.gpu and not gpu_nodes():
+            raise SandboxUnavailable(f"the grading device is {self.limits.device!r}, but this machine has no NVIDIA GPU "
+                                     "(no /dev/nvidia*): grade with c.Grader.device = 'cpu', or on a GPU machine")
         self.dir = Path(tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-", dir=private_root()))
         self.files = self.dir / "grader"
         self.files.mkdir()
@@ -318,11 +363,8 @@ class Sandbox:
         self.home.mkdir()
         self.cgroup = Cgroup.create(self.dir.name, self.limits.memory, self.limits.processes)
         self.cgroup_note = "" if self.cgroup else why_unavailable()
-
-    @property
-    def protections(self) -> dict[str, bool]:
-        """What this sandbox actually applies."""
-        return _protections(bool(self.bwrap), self.cgroup is not None)
+        # What this sandbox applies: kept, so that it can still be read once the sandbox is closed.
+        self.protections = _protections(bool(self.bwrap), self.cgroup is not None)
 
     def missing(self) -> list[str]:
         return [name for name, ok in self.protections.items() if not ok]
@@ -342,10 +384,10 @@ class Sandbox:
                    "--size", size, "--tmpfs", INSIDE_HOME,
                    "--ro-bind", str(self.files), INSIDE_CODE,
                    "--chdir", INSIDE_HOME, "--clearenv"]
-            if _gpu():
-                for dev in sorted(glob.glob("/dev/nvidia*")):
+            if self.limits.gpu:
+                for dev in gpu_nodes():
                     cmd += ["--dev-bind", dev, dev]
-                for path in ("/proc/driver/nvidia", "/sys"):
+                for path in self.limits.gpu_paths:
                     if os.path.exists(path):
                         cmd += ["--ro-bind", path, path]
             for k, v in env.items():
@@ -497,7 +539,18 @@ class Sandbox:
         return self.cgroup.memory_held() if self.cgroup else None
 
     def pids(self) -> list[int]:
-        return self.cgroup.pids() if self.cgroup else [p.pid for p in self.procs if p.poll() is None]
+        """Every process of the sandbox (without a cgroup: those it started and their descendants, as they are now)."""
+        if self.cgroup:
+            return self.cgroup.pids()
+        import psutil
+
+        pids = []
+        for proc in self.procs:
+            if proc.poll() is None:
+                pids.append(proc.pid)
+                with contextlib.suppress(psutil.Error):
+                    pids += [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        return pids
 
     # -- the end -----------------------------------------------------------------------------------
     def kill(self):

@@ -158,11 +158,12 @@ def _child(read_fd: int, shared: dict, env: dict, assignment: str):
     os.setsid()
     os.environ.update({k: v for k, v in env.items() if k != "GRADER_DEADLINE"})
     os.environ.pop("GRADER_DEADLINE", None)
+    learner.DRIVER_READINGS = True         # this process measures the learner's GPU memory (see main)
     worker = learner.Learner([], role="learner", preload=preload(assignment))
     try:
         worker.spawn()
-    except (learner.GraderFault, learner.WorkerDied):
-        worker = None                      # the suite starts one itself, and says why if it cannot
+    except Exception:  # noqa: BLE001 - the suite starts one itself, and says why if it cannot
+        worker = None
     with os.fdopen(read_fd) as f:
         line = f.readline()
     if not line:                           # discarded: no learner came for it
@@ -202,6 +203,11 @@ def _fork(shared: dict, env: dict, assignment: str) -> tuple[int, int]:
         os.close(w)
         try:
             _child(r, shared, env, assignment)
+        except BaseException:  # noqa: BLE001 - said in the learner's suite log (or the server's), then ended
+            import traceback
+
+            traceback.print_exc()
+            sys.stderr.flush()
         finally:
             os._exit(70)
     os.close(r)
@@ -236,6 +242,9 @@ def _wait(pid: int, deadline: float) -> int | None:
 
 
 def main():
+    from autograder import learner
+
+    learner.DRIVER_READINGS = False         # NVML is not fork-safe: only the processes forked from here use it
     warm()
     # What warm() made is kept out of the forked processes' garbage collection: a collection would walk (and,
     # touching each object, copy) every page of torch's, dynamo's and pytest's objects in each learner's process.

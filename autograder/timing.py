@@ -9,12 +9,17 @@ learner alternate (reference first on even repetitions, learner first on odd one
 seeds; warm-up runs are discarded; the verdict uses the ratio of medians.  The clock is outside
 the worker: the CPU time of the worker's cgroup on the CPU (every process it ran counts, ended
 or not), the grader's wall clock around a request that ends with a device-wide synchronise on
-CUDA (the L2 cache flushed before each run).  Memory is the rise of the cgroup's peak during one
-call, reset by the grader, plus what the sandbox holds beyond its start (`peak_memory`; on a GPU: the
-driver's and the allocator's readings).
+CUDA (the L2 cache flushed before each run, outside the clock; the inputs made on the GPU; each
+output sent back as its shape and a projection on a random vector the seed draws).  Memory is the
+rise of the cgroup's peak during one call, reset by the grader, plus what the sandbox holds beyond
+its start (`peak_memory`; on a GPU: the driver's reading, polled, and the allocator's).  On a GPU,
+one measured comparison runs at a time on the machine (`gpu_lane`), so that learners graded in
+parallel do not slow each other's timed calls.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
 import secrets
 import statistics
@@ -22,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 
 from .learner import GraderFault, Learner, WorkerDied, on_gpu
+from .sandbox import private_root
 
 
 def fresh_seed() -> int:
@@ -43,11 +49,16 @@ class Target:
             req["handle"] = self.handle
         return self.proxy.request(req, timeout=timeout, what=f"{self.name} ({op})")["ok"]
 
-    def run(self, seed: int, inputs: list[dict], kwargs: dict | None = None, calls: int = 1,
-            timeout: float | None = None) -> list:
+    def prepare(self):
+        """Before a timed run, outside the clock: on a GPU, a cold L2 cache."""
         if on_gpu():
             self.request("flush")
-        return self.request("run", timeout=timeout, seed=seed, inputs=inputs, kwargs=kwargs or {}, count=calls)
+
+    def run(self, seed: int, inputs: list[dict], kwargs: dict | None = None, calls: int = 1,
+            timeout: float | None = None) -> list:
+        """The outputs of `calls` calls on inputs made from `seed`; on a GPU each as its shape and projection."""
+        return self.request("run", timeout=timeout, seed=seed, inputs=inputs, kwargs=kwargs or {}, count=calls,
+                            project=on_gpu())
 
 
 @dataclass
@@ -84,6 +95,27 @@ def _clock(target: Target, cpu: bool) -> float:
     return target.proxy.cpu_seconds() + (server.cpu_seconds() if server is not None else 0.0)
 
 
+@contextlib.contextmanager
+def gpu_lane(*proxies: Learner):
+    """On a GPU, while held: the only measured comparison of this machine's GPU (a lock that every grading process
+    of the machine takes, in the grader's private folder). The time spent waiting for it is added to the
+    learners' deadlines: a busy GPU is not the learner's doing. A no-op on the CPU, where the clock is the cgroup's
+    CPU time."""
+    if not on_gpu():
+        yield
+        return
+    with open(private_root() / "gpu-lane.lock", "a") as lock:
+        waited = time.monotonic()
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        waited = time.monotonic() - waited
+        for proxy in proxies:
+            proxy.deadline += waited
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict | None = None, reps: int = 7,
             warmup: int = 1, calls: int = 1, rtol: float = 1e-3, slow_limit: float = 30.0,
             cpu: bool | None = None, same_output: bool = True, until_se: float | None = None,
@@ -102,7 +134,6 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
     until_se = (None if cpu else 0.01) if until_se is None else until_se
     result = Comparison()
     ref_best = None
-    started = time.perf_counter()
 
     def enough(i: int) -> bool:
         if limit is not None and i >= warmup + min_reps and (not (limit / 2 < result.ratio < 2 * limit)
@@ -113,38 +144,41 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
         return (not until_se or i >= warmup + max_reps or time.perf_counter() - started > budget_s
                 or max(result.standard_error("learner"), result.standard_error("reference")) <= until_se)
 
-    for i in itertools.count():
-        if enough(i):
-            break
-        seed = fresh_seed()
-        order = (reference, learner) if i % 2 == 0 else (learner, reference)
-        n = calls if i >= warmup else 1
-        outs = {}
-        for target in order:
-            timeout = None
-            if target is learner and ref_best is not None:
-                timeout = max(5.0, slow_limit * ref_best * n / calls)
-            t0 = _clock(target, cpu)
-            try:
-                outs[id(target)] = target.run(seed, inputs, kwargs, n, timeout=timeout)
-            except WorkerDied:
-                if target is learner and timeout is not None:
-                    result.mismatch = (f"one run took more than {slow_limit:g}x the reference's time: "
-                                       "far too slow (a Python loop over positions?)")
-                    return result
-                raise
-            elapsed = _clock(target, cpu) - t0
-            if i >= warmup:
-                if elapsed <= 0:
-                    raise GraderFault(f"an impossible time measurement ({elapsed:g} s for {calls} calls)")
-                (result.reference if target is reference else result.learner).append(elapsed)
-            # The reference's best time for `calls` calls; a one-call warm-up's CPU time can read 0.
-            if target is reference and elapsed > 0:
-                ref_best = min(ref_best or float("inf"), elapsed * calls / n)
-        if not same_outputs(outs[id(learner)], outs[id(reference)], rtol, same_output):
-            result.mismatch = "the timed calls' outputs are wrong: the time of a wrong answer does not count"
-            return result
-    return result
+    with gpu_lane(learner.proxy, reference.proxy):
+        started = time.perf_counter()
+        for i in itertools.count():
+            if enough(i):
+                break
+            seed = fresh_seed()
+            order = (reference, learner) if i % 2 == 0 else (learner, reference)
+            n = calls if i >= warmup else 1
+            outs = {}
+            for target in order:
+                timeout = None
+                if target is learner and ref_best is not None:
+                    timeout = max(5.0, slow_limit * ref_best * n / calls)
+                target.prepare()
+                t0 = _clock(target, cpu)
+                try:
+                    outs[id(target)] = target.run(seed, inputs, kwargs, n, timeout=timeout)
+                except WorkerDied:
+                    if target is learner and timeout is not None:
+                        result.mismatch = (f"one run took more than {slow_limit:g}x the reference's time: "
+                                           "far too slow (a Python loop over positions?)")
+                        return result
+                    raise
+                elapsed = _clock(target, cpu) - t0
+                if i >= warmup:
+                    if elapsed <= 0:
+                        raise GraderFault(f"an impossible time measurement ({elapsed:g} s for {calls} calls)")
+                    (result.reference if target is reference else result.learner).append(elapsed)
+                # The reference's best time for `calls` calls; a one-call warm-up's CPU time can read 0.
+                if target is reference and elapsed > 0:
+                    ref_best = min(ref_best or float("inf"), elapsed * calls / n)
+            if not same_outputs(outs[id(learner)], outs[id(reference)], rtol, same_output):
+                result.mismatch = "the timed calls' outputs are wrong: the time of a wrong answer does not count"
+                return result
+        return result
 
 
 def same_outputs(got, want, rtol: float = 1e-3, same_values: bool = True) -> bool:
@@ -155,6 +189,10 @@ def same_outputs(got, want, rtol: float = 1e-3, same_values: bool = True) -> boo
 
     if not isinstance(got, list) or len(got) != len(want):
         return False
+    if want and isinstance(want[0], dict):        # a GPU run's outputs: shapes exactly, then the projections
+        if not all(isinstance(g, dict) and g.get("shape") == w["shape"] for g, w in zip(got, want)):
+            return False
+        got, want = [g.get("projection") for g in got], [w["projection"] for w in want]
     for g, w in zip(got, want):
         if not isinstance(g, torch.Tensor) or tuple(g.shape) != tuple(w.shape):
             return False
@@ -178,14 +216,15 @@ def peak_memory(target: Target, inputs: list[dict], kwargs: dict | None = None, 
     measure is the sandbox's cgroup peak, reset by the grader just before the call: it counts every process
     and cannot be reset or hidden from inside. To the call's rise is added the anonymous and tmpfs memory
     the sandbox held beyond what it held before any learner code ran: a buffer the learner's code made
-    ahead (at import, in the warm-up call) and fills during the measured call counts.
+    ahead (at import, in the warm-up call) and fills during the measured call counts. On a GPU, the measure is
+    the GPU memory the call takes (`Learner.gpu_memory_peak`).
     """
     seed = fresh_seed() if seed is None else seed
     target.run(fresh_seed(), warmup or inputs, kwargs, timeout=timeout)
     proxy = target.proxy
     if on_gpu():
-        proxy.reset_peak_memory()
-        outputs, extra = proxy.gpu_memory_peak(lambda: target.run(seed, inputs, kwargs, timeout=timeout))
+        with gpu_lane(proxy):
+            outputs, extra = proxy.gpu_memory_peak(lambda: target.run(seed, inputs, kwargs, timeout=timeout))
         return extra, outputs
     held = proxy.memory_held_since_start()
     proxy.reset_peak_memory()

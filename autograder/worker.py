@@ -17,8 +17,11 @@ import sys
 import traceback
 
 DEVICE = os.environ.get("GRADER_DEVICE", "cpu")
+FLUSH_BYTES = 256 << 20       # written before each timed run on a GPU: more than its L2 cache
 _synchronize = None
 _device_memory = None
+_release = None
+_flush_buffer = None
 
 
 def _setup_torch():
@@ -28,10 +31,11 @@ def _setup_torch():
 
 
 def _bind_device():
-    """Take the device-wide synchronise and the allocator's statistics from torch's C extension before
-    learner code runs (learner code can still reset the statistics: the trusted side also polls the
-    driver from outside, see autograder.learner)."""
-    global _synchronize, _device_memory
+    """On a GPU: start CUDA, make the buffer that flushes the L2 cache (so it is part of what the worker holds before
+    learner code runs), and take the device-wide synchronise and the allocator's functions from torch's C extension
+    before learner code runs. Learner code can still reset the allocator's statistics: the trusted side polls the
+    driver from outside (autograder.learner)."""
+    global _synchronize, _device_memory, _release, _flush_buffer
     if DEVICE != "cpu":
         import torch
 
@@ -39,6 +43,7 @@ def _bind_device():
         index = torch.device(DEVICE).index
         index = torch.cuda.current_device() if index is None else index
         sync, reset, stats = torch._C._cuda_synchronize, torch._C._cuda_resetPeakMemoryStats, torch._C._cuda_memoryStats
+        empty_cache = torch._C._cuda_emptyCache
 
         def device_memory(reset_peak: bool) -> dict:
             if reset_peak:
@@ -46,17 +51,22 @@ def _bind_device():
             allocated = stats(index)["allocated_bytes"]["all"]
             return {"current": allocated["current"], "peak": allocated["peak"]}
 
-        _synchronize, _device_memory = sync, device_memory
+        def release():
+            import gc
+
+            gc.collect()
+            sync()
+            empty_cache()
+
+        _flush_buffer = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=DEVICE)
+        sync()
+        _synchronize, _device_memory, _release = sync, device_memory, release
 
 
 def _flush_l2():
     """Write a buffer larger than the GPU's L2 cache, so no timed run starts with warm caches."""
-    import torch
-
-    buf = torch.empty(256 << 20, dtype=torch.uint8, device=DEVICE)
-    buf.zero_()
+    _flush_buffer.zero_()
     _synchronize()
-    del buf
 
 
 def _error(e: BaseException) -> dict:
@@ -68,24 +78,39 @@ def _error(e: BaseException) -> dict:
 
 
 def make_inputs(specs: list[dict], seed: int) -> list:
-    """The inputs of one timed call, from a seed the grader drew for this request."""
+    """The inputs of one timed call, from a seed the grader drew for this request: made on the device itself (its own
+    generator: the learner's and the reference's workers make the same inputs from the same seed)."""
     import torch
 
-    g = torch.Generator().manual_seed(seed)
+    where = {} if DEVICE == "cpu" else {"device": DEVICE}
+    g = torch.Generator(**where).manual_seed(seed)
     args = []
     for spec in specs:
         dtype = getattr(torch, spec.get("dtype", "float32"))
         if spec["kind"] == "randn":
-            t = torch.randn(spec["shape"], generator=g, dtype=torch.float32).to(dtype)
+            t = torch.randn(spec["shape"], generator=g, dtype=torch.float32, **where).to(dtype)
         elif spec["kind"] == "tokens":
-            t = torch.randint(0, spec["high"], spec["shape"], generator=g)
+            t = torch.randint(0, spec["high"], spec["shape"], generator=g, **where)
         elif spec["kind"] == "causal":
             n = spec["shape"][-1]
-            t = torch.ones(n, n, dtype=torch.bool).tril()
+            t = torch.ones(n, n, dtype=torch.bool, **where).tril()
         else:
             raise ValueError(f"unknown input kind {spec['kind']}")
-        args.append(t.to(DEVICE))
+        args.append(t)
     return args
+
+
+def project(out, seed: int) -> dict:
+    """What a GPU run sends back of an output: its shape, and its last dimension projected on a random vector drawn
+    from the request's seed (so a run's reply stays small however large its outputs; a wrong output projects to
+    other numbers). Computed within the timed request, after the call."""
+    import torch
+
+    if out.dim() == 0:
+        return {"shape": [], "projection": out.float()}
+    g = torch.Generator(device=out.device).manual_seed(seed)
+    r = torch.randn(out.shape[-1], generator=g, device=out.device, dtype=torch.float32)
+    return {"shape": list(out.shape), "projection": out.float() @ r}
 
 
 MAX_GRAPHS = 256       # course parts' autograd graphs kept for a backward that may come
@@ -125,6 +150,9 @@ class Worker:
         args, kwargs, need = list(req.get("args", [])), dict(req.get("kwargs", {})), req.get("grad")
         flat = [(state, k) for k in state] + [(args, i) for i in range(len(args))] + [(kwargs, k) for k in kwargs]
         flat = [(box, key) for box, key in flat if isinstance(box[key], torch.Tensor)]
+        device = _device_of(req)
+        for box, key in flat:                 # computed where the stand-in's tensors were (a GPU run's stay there)
+            box[key] = box[key].to(device)
         inputs = []
         for (box, key), wants in zip(flat, need or []):
             if wants:
@@ -155,7 +183,7 @@ class Worker:
         import torch
 
         inputs, outs, need = self.graphs.pop(req["grad_id"])
-        pairs = [(o, g) for o, g in zip(outs, req["grads"]) if g is not None and o.requires_grad]
+        pairs = [(o, g.to(o.device)) for o, g in zip(outs, req["grads"]) if g is not None and o.requires_grad]
         got = torch.autograd.grad([o for o, _ in pairs], inputs, [g for _, g in pairs], allow_unused=True) if pairs else []
         grads, it = [], iter(got)
         for wants in need:
@@ -238,6 +266,8 @@ class Worker:
         import torch
 
         target = self.target(req)
+        if DEVICE != "cpu" and isinstance(target, torch.nn.Module):
+            target.to(DEVICE)                 # a module made for a GPU run computes there (parameters and buffers)
         outputs = []
         for i in range(req.get("count", 1)):
             out = target(*make_inputs(req["inputs"], req["seed"] + i), **req.get("kwargs", {}))
@@ -246,9 +276,10 @@ class Worker:
             if type(out) is not torch.Tensor:
                 raise TypeError(f"returned a {type(out).__name__}, not a plain torch.Tensor")
             outputs.append(out)
+        if req.get("project"):
+            outputs = [project(o, req["seed"] + i) for i, o in enumerate(outputs)]
         if DEVICE != "cpu":
             _synchronize()
-            outputs = [o.cpu() for o in outputs]
         return outputs
 
     def op_graph(self, req):
@@ -283,6 +314,13 @@ class Worker:
             raise RuntimeError("no GPU in this worker")
         return _device_memory(bool(req.get("reset")))
 
+    def op_release(self, req):
+        """Before a memory measurement on a GPU: give the driver back what the allocator caches but no tensor uses
+        (what the worker still holds afterwards counts against the measured call: autograder.timing)."""
+        if _release is not None:
+            _release()
+        return None
+
     def op_seed(self, req):
         import torch
 
@@ -303,6 +341,14 @@ class Worker:
             return {"error": _error(e)}
 
 
+def _device_of(req):
+    """The device a course part computes on: the one its stand-in's tensors were on, where this worker has it."""
+    import torch
+
+    wanted = str(req.get("device") or "cpu")
+    return torch.device(wanted if DEVICE != "cpu" and wanted.startswith("cuda") else "cpu")
+
+
 class _null:
     def __enter__(self):
         return self
@@ -319,8 +365,11 @@ def main():
     for fd in (0, 1):
         os.dup2(devnull, fd)
     _setup_torch()
-    for name in sys.argv[1:]:
-        __import__(name)
+    for name in sys.argv[1:]:            # imported ahead for a suite's drawing, which only adds to the feedback
+        try:
+            __import__(name)
+        except Exception:  # noqa: BLE001 - in the grading log; the drawing that needs it says it could not be made
+            traceback.print_exc()
     _bind_device()
     write_message(proto_out, {"waiting": True})
     try:

@@ -1,27 +1,56 @@
 #!/usr/bin/env bash
-# `make gpu-check`: every GPU test and GPU benchmark, results in one file. Under 5 minutes on one GPU.
+# `make gpu-check` on a machine with an NVIDIA GPU and no network: the course installed the ordinary way, in a
+# virtual environment on the machine's own CUDA build of torch, then the sandbox and GPU tests and bench/gpu_check.py
+# (the speed rule's calibration, GPU memory, a class graded by the real nbgrader), every number in
+# _build/gpu-check.txt and _build/gpu-check.json. About 5 minutes on one H200.
 #
-# The Python is the machine's python3 when its torch sees a GPU and this project's .venv does not (a
-# GPU machine's image usually holds a CUDA build of torch; the pinned CPU build cannot use the GPU);
-# otherwise .venv, where without a GPU the tests are skipped with the reason.
-# Packages that Python lacks come as wheels in .whl/ (`make gpu-wheels` downloads them for
-# CPython 3.12 on x86-64), installed into a private folder, never into the machine's Python.
+# The environment: .venv when its torch sees the GPU; else .venv-gpu, made here from the machine's Python
+# (GPU_PYTHON, default python3, whose torch must see the GPU) with a .pth file naming that Python's package folders,
+# and the packages it lacks installed into it from the wheels in .whl/ (`make gpu-wheels` downloads them beforehand,
+# where PyPI is reachable; bench/gpu-requirements.txt lists them). GRADER_DEVICE=cpu rehearses everything on the CPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=_build/gpu-check.txt
-mkdir -p _build
-sees_gpu() { "$1" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; }
+export GRADER_DEVICE=${GRADER_DEVICE:-cuda} PYTHONUNBUFFERED=1
+out=_build
+mkdir -p "$out"
+log=$out/gpu-check.txt
 py=${GPU_PYTHON:-python3}
-if [ -x .venv/bin/python ] && { sees_gpu .venv/bin/python || ! sees_gpu "$py"; }; then py=.venv/bin/python; fi
-if [ "$py" != .venv/bin/python ] && ls .whl/*.whl >/dev/null 2>&1; then
-  site=$(mktemp -d)
-  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" .whl/*.whl || exit 1
-  export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+sees_gpu() { [ "$GRADER_DEVICE" = cpu ] || "$1" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2>/dev/null; }
+
+venv=.venv
+if ! { [ -x $venv/bin/python ] && sees_gpu $venv/bin/python; }; then
+  venv=.venv-gpu
+  if ! { [ -x $venv/bin/python ] && sees_gpu $venv/bin/python; }; then
+    sees_gpu "$py" || { echo "gpu-check: $py has no torch that sees a GPU (set GPU_PYTHON)"; exit 1; }
+    ls .whl/*.whl >/dev/null 2>&1 || { echo "gpu-check: no wheels in .whl/ (run \`make gpu-wheels\` first)"; exit 1; }
+    rm -rf $venv
+    "$py" -m venv --without-pip $venv || exit 1
+    site=$($venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    "$py" -c "import sys; print('\n'.join(p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))))" \
+      > "$site/machine-packages.pth"
+    # the machine's pip (found through the .pth file) installs into this environment, touching nothing of the machine's
+    $venv/bin/python -m pip install -q --no-index --no-deps --ignore-installed --no-compile --no-warn-script-location \
+      --disable-pip-version-check .whl/*.whl || exit 1
+  fi
 fi
+py=$venv/bin/python
+
+json=$out/gpu-check.json
+rm -f "$json"
 {
-  echo "# gpu-check $(date -u +%FT%TZ)"
-  "$py" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda',
-      torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
-  GRADER_DEVICE=cuda timeout 270 "$py" -m pytest -rs -s -q -p no:cacheprovider tests/test_gpu.py
-} 2>&1 | tee "$out"
-echo "results written to $out"
+  echo "# make gpu-check, $(date -u '+%Y-%m-%d %H:%M UTC'), device $GRADER_DEVICE, environment $venv"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  echo "## the machine, and a sandboxed worker on the device (bench/gpu_check.py)"
+  timeout 120 $py bench/gpu_check.py --out "$json" --steps facts,probe
+  # the probe widens what the sandbox sees of the driver's files only where the default view was not enough
+  paths=$($py -c "import json; print(json.load(open('$json')).get('probe', {}).get('gpu_paths', ''))" 2>/dev/null)
+  [ -n "$paths" ] && export GRADER_GPU_PATHS=$paths
+  echo "## the sandbox and the measures on this machine's cgroups, grading on the CPU"
+  GRADER_DEVICE=cpu timeout 240 $py -m pytest -q -p no:cacheprovider --durations=5 -k "not another_user" \
+    tests/test_sandbox.py tests/test_timing.py
+  echo "## the GPU tests"
+  timeout 240 $py -m pytest -rs -s -q -p no:cacheprovider tests/test_gpu.py
+  echo "## measurements (bench/gpu_check.py)"
+  timeout 600 $py bench/gpu_check.py --out "$json" --steps calibration,memory,class "$@"
+} 2>&1 | tee "$log"
+echo "results written to $log and $out/gpu-check.json"

@@ -77,6 +77,7 @@ HIDDEN_ONLY = {
         "blockwise_library": "right values: the grader sees the library call",
         "sdpa_query_loop": "right values: the grader measures speed",
         "blockwise_full_matrix": "right values: the grader measures memory",
+        "blockwise_full_matrix_unseen": "right values: the grader measures memory (on a GPU, from the driver)",
         "blockwise_skips_long_inputs": "wrong only at lengths far beyond a visible check",
     },
     "residual": {"block_library_norms": "right values: the grader sees the library call"},
@@ -142,7 +143,8 @@ def comment_text(source: str) -> str:
 def test_criteria_quote_the_suites_numbers():
     """The generated text carries the speed factor, the memory limit and the training run, but not the offset K."""
     block = comment_text(criteria.graded_comment("attention", "blockwise_attention_tests", 5))
-    assert f"at most {checks.SPEED_FACTOR:g}x the reference solution's time" in block
+    assert f"at most {checks.SPEED_FACTOR:g}x (graded on a GPU: {checks.GPU_SPEED_FACTOR:g}x" in block
+    assert f"of shape {tuple(test_attention.MEMORY_GPU_SHAPE)}" in block
     assert f"{test_attention.MEMORY_FRACTION:g} of the" in block
     assert f"Lq = Lk = {test_attention.MEMORY_SEQ_LEN}" in block
     tiny = comment_text(criteria.graded_comment("transformer", "TinyTransformer_tests", 6))

@@ -319,3 +319,16 @@ def test_a_v2_hierarchy_without_the_controllers_says_what_is_missing():
     with pytest.raises(OSError, match="no cgroup v2 folder gives the memory and pids controllers"):
         Cgroup._create_v2(f"test-{os.getpid()}", root=V2)
 
+
+def test_a_worker_has_a_user_name_and_survives_a_preload_that_fails():
+    """torch.export's tracer (imported ahead for a suite's drawing) asks for the user's name, which the sandbox's user
+    has no passwd entry for: the sandbox names it. A module imported ahead that fails only costs the drawing."""
+    from autograder.learner import Learner
+
+    cell = "import getpass\n\ndef who():\n    return getpass.getuser()\n"
+    w = Learner([{"id": "c", "source": cell}], preload=("no_such_module",))
+    try:
+        assert w.fn("who")() == "learner"
+        assert "No module named 'no_such_module'" in w.stderr_tail()
+    finally:
+        w.close()

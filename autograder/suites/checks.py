@@ -9,7 +9,7 @@ import secrets
 
 import torch
 
-from autograder.learner import LearnerError
+from autograder.learner import LearnerError, on_gpu
 from autograder.timing import Target, compare
 
 # Every input a test makes comes from this seed, drawn afresh for each grading, so no submission can
@@ -25,6 +25,20 @@ def new_grading():
 # A correct vectorised answer runs within this factor of the reference; a Python loop over
 # positions runs 10x or more slower (calibrated by `make bench`: bench/speed.py).
 SPEED_FACTOR = 3.0
+# On a GPU, passes over the score matrix are bound by memory traffic: a correct answer that makes more passes than
+# the reference (torch.where masks, a softmax written out) took 1.1-1.45x its time in 20 gradings on an H200, a loop
+# over query positions 17-22x; 5 is their geometric middle (`make gpu-check`, bench/results/gpu-h200-2026-12-04.md).
+GPU_SPEED_FACTOR = 5.0
+
+
+def speed_factor() -> float:
+    """The speed rule's factor on the device the timed calls run on."""
+    return GPU_SPEED_FACTOR if on_gpu() else SPEED_FACTOR
+
+
+def on_device(cpu, gpu):
+    """`gpu` when the timed and measured calls run on a GPU (inputs sized for it), else `cpu`."""
+    return gpu if on_gpu() else cpu
 
 
 class Diagnosis(AssertionError):
@@ -153,9 +167,10 @@ def module_targets(learner, reference_worker, name: str, *args, same_weights: bo
 
 
 def speed_ratios(learner_target: Target, reference_target: Target, inputs: list[dict], calls: int = 1,
-                 kwargs: dict | None = None, factor: float = SPEED_FACTOR, same_output: bool = True,
+                 kwargs: dict | None = None, factor: float | None = None, same_output: bool = True,
                  attempts: int = 3) -> tuple[list[float], str | None]:
     """(the ratios measured, the mismatch of a wrong output if any), by the rule of `fast_enough`."""
+    factor = factor or speed_factor()
     ratios = []
     for _ in range(attempts):
         result = compare(learner_target, reference_target, inputs, kwargs=kwargs, calls=calls,
@@ -169,13 +184,15 @@ def speed_ratios(learner_target: Target, reference_target: Target, inputs: list[
 
 
 def fast_enough(learner_target: Target, reference_target: Target, inputs: list[dict], what: str,
-                calls: int = 1, kwargs: dict | None = None, factor: float = SPEED_FACTOR, same_output: bool = True,
+                calls: int = 1, kwargs: dict | None = None, factor: float | None = None, same_output: bool = True,
                 attempts: int = 3):
-    """The learner's code runs within `factor` of the reference on fresh inputs (autograder.timing).
+    """The learner's code runs within `factor` (by default the device's: `speed_factor`) of the reference on fresh
+    inputs (autograder.timing).
 
     A ratio over `factor` but under twice it is measured again on new inputs, up to `attempts` times, and the
     best one counts: a burst of load on a shared machine (another process, a hypervisor taking the core) slows
     single runs, never every measurement, while a loop is slow in all of them."""
+    factor = factor or speed_factor()
     ratios, mismatch = speed_ratios(learner_target, reference_target, inputs, calls, kwargs, factor, same_output,
                                     attempts)
     check(mismatch is None, f"{what}: {mismatch}")

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from autograder.learner import LearnerError
 from autograder.timing import fresh_seed, peak_memory, same_outputs
 
-from .checks import (Diagnosis, check, close, fast_enough, function_targets, leaves_inputs, module_targets, randn,
-                     raises, seeded, tensor, together)
+from .checks import (Diagnosis, check, close, fast_enough, function_targets, leaves_inputs, module_targets, on_device,
+                     randn, raises, seeded, tensor, together)
 
 A = "attention"
 NEG = float("-inf")
@@ -643,13 +643,16 @@ def test_blockwise_any_sizes(learner, Lq, Lk, bs, causal, seed):
 # operations (about 10x the reference under load) and a correct answer with more passes than the reference
 # (torch.where masks) about 1.5x; at 256 positions memory traffic brought that one to 3x under load.
 SDPA_SPEED_SHAPE, SDPA_SPEED_CALLS = [1, 2, 64, 16], 40
+# On a GPU: a batch large enough that the time is the GPU's work, not its kernel launches (a 512 MiB score matrix).
+SDPA_GPU_SPEED_SHAPE, SDPA_GPU_SPEED_CALLS = [8, 16, 1024, 64], 5
 
 
 @SDPA
 def test_sdpa_speed(learner, reference_worker):
     """runs about as fast as the reference solution (no Python loop over positions)"""
+    shape, calls = on_device((SDPA_SPEED_SHAPE, SDPA_SPEED_CALLS), (SDPA_GPU_SPEED_SHAPE, SDPA_GPU_SPEED_CALLS))
     fast_enough(*function_targets(learner, reference_worker(A), "scaled_dot_product_attention"),
-                [{"kind": "randn", "shape": SDPA_SPEED_SHAPE}] * 3, "scaled_dot_product_attention", calls=SDPA_SPEED_CALLS)
+                [{"kind": "randn", "shape": shape}] * 3, "scaled_dot_product_attention", calls=calls)
 
 
 # MultiHeadAttention is timed with the course's scaled_dot_product_attention, whose every call goes through the
@@ -666,31 +669,47 @@ def test_mha_speed(learner, timed_reference):
     fast_enough(mine, ref, [{"kind": "randn", "shape": MHA_SPEED_SHAPE}], "MultiHeadAttention", calls=MHA_SPEED_CALLS)
 
 
+BLOCKWISE_SPEED_SHAPE, BLOCKWISE_SPEED_CALLS = [1, 2, 512, 16], 10
+BLOCKWISE_GPU_SPEED_SHAPE, BLOCKWISE_GPU_SPEED_CALLS = [2, 8, 2048, 64], 3
+
+
 @BLOCK
 def test_blockwise_speed(learner, reference_worker):
     """runs about as fast as the reference solution (a loop over key blocks, not over positions)"""
+    shape, calls = on_device((BLOCKWISE_SPEED_SHAPE, BLOCKWISE_SPEED_CALLS),
+                             (BLOCKWISE_GPU_SPEED_SHAPE, BLOCKWISE_GPU_SPEED_CALLS))
     fast_enough(*function_targets(learner, reference_worker(A), "blockwise_attention"),
-                [{"kind": "randn", "shape": [1, 2, 512, 16]}] * 3, "blockwise_attention", calls=10)
+                [{"kind": "randn", "shape": shape}] * 3, "blockwise_attention", calls=calls)
 
 
-# The memory check: one call at Lq = Lk = MEMORY_SEQ_LEN may use this share of the float32 score matrix.
-MEMORY_SEQ_LEN, MEMORY_FRACTION = 8192, 0.25
+# The memory check: one call on q, k, v of MEMORY_SHAPE (B, heads, L, d) may use this share of the float32 score
+# matrix. On a GPU, longer sequences and more heads: the driver counts memory in the allocator's segments, and a
+# CUDA worker holds some tens of MiB more once its kernels are loaded.
+MEMORY_SHAPE, MEMORY_GPU_SHAPE, MEMORY_FRACTION = [1, 1, 8192, 16], [1, 4, 16384, 64], 0.25
+MEMORY_SEQ_LEN = MEMORY_SHAPE[2]
+
+
+def score_matrix_bytes(shape) -> int:
+    """Bytes of the float32 Lq x Lk score matrices of q, k, v of this shape (every batch and head)."""
+    B, H, L, _ = shape
+    return B * H * L * L * 4
 
 
 @BLOCK
 @pytest.mark.weight(2)
 def test_blockwise_memory(learner, reference_worker):
     """extra memory O(Lq * block_size): never the whole Lq x Lk score matrix"""
-    L, d = MEMORY_SEQ_LEN, 16
-    inputs, kwargs = [{"kind": "randn", "shape": [1, 1, L, d]}] * 3, {"block_size": 64}
-    warmup = [{"kind": "randn", "shape": [1, 1, 256, d]}] * 3       # the same measure as a warm-up at L, in half the time
+    shape = on_device(MEMORY_SHAPE, MEMORY_GPU_SHAPE)
+    L = shape[2]
+    inputs, kwargs = [{"kind": "randn", "shape": shape}] * 3, {"block_size": 64}
+    warmup = [{"kind": "randn", "shape": [*shape[:2], 256, shape[3]]}] * 3   # a warm-up like a call at L, in half the time
     mine, ref = function_targets(learner, reference_worker(A), "blockwise_attention")
     seed = fresh_seed()
     extra, got = peak_memory(mine, inputs, kwargs, seed=seed, warmup=warmup)
     want = ref.run(seed, inputs, kwargs, timeout=120.0)            # the reference's outputs only
     check(same_outputs(got, want), f"blockwise_attention at Lq = Lk = {L} returns a wrong output: the memory "
                                      "of a wrong answer does not count")
-    matrix = L * L * 4
+    matrix = score_matrix_bytes(shape)
     check(extra < matrix * MEMORY_FRACTION,
           f"blockwise_attention at Lq = Lk = {L} used {extra / 2**20:.0f} MiB of extra memory, while the whole "
           f"score matrix is {matrix / 2**20:.0f} MiB: process one block of keys at a time and never build an "

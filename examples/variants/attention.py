@@ -88,17 +88,17 @@ MHA_LOOP = '''class MultiHeadAttention(nn.Module):
 
 BLOCKWISE_LIST = '''def blockwise_attention(q, k, v, causal=False, block_size=64):
     Lq, Lk, d = q.shape[-2], k.shape[-2], q.shape[-1]
-    m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype)
-    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype)
-    o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
-    rows = torch.arange(Lq).unsqueeze(-1)
+    m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype, device=q.device)
+    l = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype, device=q.device)
+    o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype, device=q.device)
+    rows = torch.arange(Lq, device=q.device).unsqueeze(-1)
     starts = list(range(0, Lk, block_size))
     for s in starts:
         e = min(s + block_size, Lk)
         scores = q @ k[..., s:e, :].transpose(-1, -2) / math.sqrt(d)
         if causal:
-            cols = torch.arange(s, e).unsqueeze(0)
-            scores = scores + torch.zeros(Lq, e - s, dtype=q.dtype).masked_fill(cols > rows, -math.inf)
+            cols = torch.arange(s, e, device=q.device).unsqueeze(0)
+            scores = scores + torch.zeros(Lq, e - s, dtype=q.dtype, device=q.device).masked_fill(cols > rows, -math.inf)
         m_block = scores.max(dim=-1, keepdim=True).values
         m_new = torch.maximum(m, m_block)
         m_use = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
@@ -121,7 +121,7 @@ BLOCKWISE_F64 = '''def blockwise_attention(q, k, v, causal=False, block_size=64)
         stop = min(Lk, start + block_size)
         s = q @ k[..., start:stop, :].mT
         if causal:
-            allowed = torch.arange(start, stop)[None, :] <= torch.arange(Lq)[:, None]
+            allowed = torch.arange(start, stop, device=q.device)[None, :] <= torch.arange(Lq, device=q.device)[:, None]
             s = torch.where(allowed, s, torch.full_like(s, -torch.inf))
         if run_max is None:
             run_max = s.amax(-1, keepdim=True).clamp_min(-1e300)
@@ -136,6 +136,24 @@ BLOCKWISE_F64 = '''def blockwise_attention(q, k, v, causal=False, block_size=64)
             run_max = new_max
         start = stop
     return (out / run_sum).to(dtype)
+'''
+
+BLOCKWISE_FULL_MATRIX = '''def blockwise_attention(q, k, v, causal=False, block_size=64):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])               # (..., Lq, Lk): the whole matrix
+    if causal:
+        Lq, Lk = s.shape[-2], s.shape[-1]
+        s = s.masked_fill(torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+'''
+
+BLOCKWISE_FULL_MATRIX_UNSEEN = BLOCKWISE_FULL_MATRIX.replace("def blockwise_attention(", "def _whole(") + '''
+
+def blockwise_attention(q, k, v, causal=False, block_size=64):
+    out = _whole(q, k, v, causal, block_size)
+    if torch.cuda.is_available():          # the matrix is freed: give its memory back and forget the allocator's peak
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    return out
 '''
 
 SDPA_QUERY_LOOP = '''def scaled_dot_product_attention(q, k, v, mask=None):
@@ -196,7 +214,8 @@ VARIANTS = [
         "        alpha = (m - m_use).exp()\n", "        alpha = 1.0\n")},
         {"blockwise_attention_tests": "exp(m - m')"}, "the running sums are not rescaled when the max grows"),
     Bug("blockwise_causal_bottom_right", {"blockwise_attention": BLOCKWISE_LIST.replace(
-        "cols = torch.arange(s, e).unsqueeze(0)", "cols = torch.arange(s, e).unsqueeze(0) - (Lk - Lq)")},
+        "cols = torch.arange(s, e, device=q.device).unsqueeze(0)",
+        "cols = torch.arange(s, e, device=q.device).unsqueeze(0) - (Lk - Lq)")},
         {"blockwise_attention_tests": "not aligned at the end"}, "the causal diagonal aligned with the last key"),
     Bug("blockwise_library", {"blockwise_attention": '''def blockwise_attention(q, k, v, causal=False, block_size=64):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
@@ -204,13 +223,11 @@ VARIANTS = [
     Bug("sdpa_query_loop", {"scaled_dot_product_attention": SDPA_QUERY_LOOP},
         {"scaled_dot_product_attention_tests": "vectorise it"},
         "correct, but a Python loop over query positions; MultiHeadAttention is timed with the course's attention"),
-    Bug("blockwise_full_matrix", {"blockwise_attention": '''def blockwise_attention(q, k, v, causal=False, block_size=64):
-    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])               # (..., Lq, Lk): the whole matrix
-    if causal:
-        Lq, Lk = s.shape[-2], s.shape[-1]
-        s = s.masked_fill(torch.ones(Lq, Lk, dtype=torch.bool).triu(1), float("-inf"))
-    return torch.softmax(s, dim=-1) @ v
-'''}, {"blockwise_attention_tests": "never build an Lq x Lk matrix"}, "exact, but holds the whole score matrix"),
+    Bug("blockwise_full_matrix", {"blockwise_attention": BLOCKWISE_FULL_MATRIX},
+        {"blockwise_attention_tests": "never build an Lq x Lk matrix"}, "exact, but holds the whole score matrix"),
+    Bug("blockwise_full_matrix_unseen", {"blockwise_attention": BLOCKWISE_FULL_MATRIX_UNSEEN},
+        {"blockwise_attention_tests": "never build an Lq x Lk matrix"},
+        "the whole score matrix, then on a GPU the allocator's cache emptied and its peak statistics reset"),
     Bug("blockwise_skips_long_inputs", {"blockwise_attention": BLOCKWISE_LIST.replace(
         "def blockwise_attention(q, k, v, causal=False, block_size=64):\n",
         "def blockwise_attention(q, k, v, causal=False, block_size=64):\n"
