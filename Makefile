@@ -32,15 +32,15 @@ book: install graphviz $(VIZ_JS)
 # Write into solutions/ what each graded cell grades (and the visible training run's settings), from the hidden suites.
 .PHONY: criteria
 criteria: install
-	$(PY) -m autograder.criteria $(ASSIGNMENTS)
+	$(PY) -m autograder.authoring.criteria $(ASSIGNMENTS)
 
 # Regenerate the learner release exercises/ from the one source, solutions/.
 exercises: criteria
-	$(PY) -m autograder.release $(ASSIGNMENTS)
+	$(PY) -m autograder.authoring.release $(ASSIGNMENTS)
 
 # Grade the bundled example class with the real nbgrader and print the gradebook.
 grade: install
-	$(PY) -m autograder.grade_examples $(ASSIGNMENTS)
+	$(PY) -m autograder.authoring.grade_examples $(ASSIGNMENTS)
 
 # The browser that tests/test_site.py drives: Debian's Chromium, installed when missing.
 $(CHROMIUM):
@@ -53,7 +53,7 @@ postgres:
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }
 
-# The layout engine of autograder/graph.py (the book's graphs, the feedback's, the CLI's): Debian's Graphviz.
+# The layout engine of autograder/graph/ (the book's graphs, the feedback's, the CLI's): Debian's Graphviz.
 graphviz:
 	@command -v dot >/dev/null || { \
 	  $(SUDO) apt-get update -qq && \

@@ -31,6 +31,6 @@ c.ClearSolutions.code_stub = {"python": '# YOUR CODE HERE\nraise NotImplementedE
 # Trusted grading: the learner's notebook is executed in a sandbox, and every graded cell's
 # score is decided by the hidden suites in a process that never runs learner code.
 sys.path.insert(0, here)
-from autograder.nbgrader_plugin import configure  # noqa: E402
+from autograder.pipeline import configure  # noqa: E402
 
 configure(c, feedback_directory=os.path.join(grading, "feedback"))

@@ -29,7 +29,7 @@ class Settings:
     grace: float = 60.0                # past the budget, for the trusted side's own work (then: a grader fault)
     train_timeout: float = 120.0       # the learner's model training on the task a hidden test draws
     gradebook_busy_timeout: float = 60.0  # a SQLite gradebook's writer waits this long for another's lock
-    # the sandbox (autograder.sandbox.Limits)
+    # the sandbox (autograder.sandbox.box.Limits)
     memory: int = 4096 * MIB           # all processes of one sandbox together, and its tmpfs folders
     disk: int = 128 * MIB              # each of the sandbox's writable folders, /sandbox and /tmp
     processes: int = 256               # processes and threads of one sandbox together
@@ -38,7 +38,7 @@ class Settings:
     worker_restarts: int = 12          # times a learner's code may end or hang its worker before the rest is skipped
     threads: int = 1                   # torch threads of the learner's code
     allow_unsandboxed: bool = False    # grade without bubblewrap (the feedback says what is missing)
-    fork_workers: bool = True          # fork workers from a warm fork server (autograder.forkserver), not start each
+    fork_workers: bool = True          # fork workers from a warm fork server (autograder.sandbox.forkserver), not start each
     # the device the timed and memory-measured calls run on: "cpu", or "cuda" on a machine with an NVIDIA GPU
     device: str = "cpu"
     # what the sandbox sees of the host on a GPU, besides the GPU's device nodes: the driver's files (colon-separated)
@@ -51,8 +51,8 @@ class Settings:
     max_frame_bytes: int = 16 * MIB    # one message from a worker (the largest legitimate one: 4.0 MiB)
     # the trusted processes
     trusted_memory: int = 6144 * MIB   # address space of the trusted suite process
-    suites_dir: str = ""               # the hidden suites with their conftest.py (default: autograder/suites)
-    warm_suite: bool = True            # one warm suite process per batch (autograder.suite_server), not one per learner
+    suites_dir: str = ""               # the hidden suites with their conftest.py (default: autograder/verdict/suites)
+    warm_suite: bool = True            # one warm suite process per batch (autograder.verdict.suite_server), not one per learner
 
     @classmethod
     def names(cls) -> list[str]:
@@ -63,7 +63,7 @@ class Settings:
 
     @property
     def learner_timeout(self) -> float:
-        """The longest one learner's `nbgrader autograde` may run before it is stopped (autograder.classgrade):
+        """The longest one learner's `nbgrader autograde` may run before it is stopped (autograder.classroom.classgrade):
         the budget, the suite's grace past it, and as much again for nbgrader's own work."""
         return self.learner_budget + 2 * self.grace
 
@@ -98,7 +98,7 @@ def course() -> Settings:
     every nbgrader command of this course grades with, for a process that is not one of them (classgrade)."""
     from traitlets.config.loader import PyFileConfigLoader
 
-    from . import ROOT
+    from autograder import ROOT
 
     return Grader(config=PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()).settings()
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import ROOT
+from autograder import ROOT
 
 SOLUTIONS = ROOT / "solutions"
 TESTS_SUFFIX = "_tests"

@@ -1,4 +1,4 @@
-"""A synthetic class graded by `autograder.classgrade` (and, with `--serial`, by one serial `nbgrader autograde`).
+"""A synthetic class graded by `autograder.classroom.classgrade` (and, with `--serial`, by one serial `nbgrader autograde`).
 
     .venv/bin/python bench/class_grading.py [ASSIGNMENT ...] [--learners 30] [--workers N]
                                             [--serial] [--serial-sample M] [--out FILE]
@@ -9,7 +9,7 @@ For each assignment (default: every one under solutions/ that has a hidden suite
 solution cell that never ends (`while True: pass`), a file that is not JSON, and a submission
 folder without the notebook (nbgrader cannot grade it: a failed learner).  The class is graded
 
-- in parallel, with `python -m autograder.classgrade` on a LocalCluster (`--workers`, default one
+- in parallel, with `python -m autograder.classroom.classgrade` on a LocalCluster (`--workers`, default one
   per core), feedback and class report included;
 - with `--serial`, also with the plain `nbgrader autograde ASSIGNMENT` + `nbgrader generate_feedback`,
   one learner after another in one process (with `--serial-sample M`, only the first M learners, and
@@ -33,9 +33,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder import classgrade, grade, hidden, variants  # noqa: E402
+from autograder.classroom import classgrade, grade  # noqa: E402
+from autograder.verdict import hidden
+from autograder.authoring import variants
 from autograder.notebooks import is_solution  # noqa: E402
-from autograder.release import nbgrader  # noqa: E402
+from autograder.authoring.release import nbgrader  # noqa: E402
 
 # The same limits for both runs: a never-ending cell is stopped after 20 s, in the notebook run and
 # in the hidden suite's worker (autograder.config, through its environment overrides).

@@ -10,7 +10,7 @@ JSON file and a readable report on stdout:
 - memory: blockwise attention's extra GPU memory against the sequence length, for the reference, the whole score
   matrix, and the whole matrix with the allocator's cache emptied and its statistics reset after the call;
 - class: a small class (reference, correct alternatives, loops, the whole matrix and its hidden version) of every
-  assignment graded by the real `nbgrader autograde` through `autograder.classgrade`, on the GPU.
+  assignment graded by the real `nbgrader autograde` through `autograder.classroom.classgrade`, on the GPU.
 
 The device is the grading's setting (GRADER_DEVICE, default here: cuda); GRADER_DEVICE=cpu rehearses it all on the CPU.
 """
@@ -32,12 +32,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("GRADER_DEVICE", "cuda")
 
-from autograder import cgroups, config, grade, sandbox, variants  # noqa: E402
-from autograder.learner import Learner, gpu_memory_of  # noqa: E402
+from autograder.sandbox import cgroups, box as sandbox  # noqa: E402
+from autograder import config
+from autograder.classroom import grade
+from autograder.authoring import variants
+from autograder.verdict.learner import Learner, gpu_memory_of  # noqa: E402
 from autograder.notebooks import learner_cells, read, source_notebook  # noqa: E402
-from autograder.suites import checks  # noqa: E402
-from autograder.suites import test_attention as attention  # noqa: E402
-from autograder.timing import Target, compare, peak_memory  # noqa: E402
+from autograder.verdict.suites import checks  # noqa: E402
+from autograder.verdict.suites import test_attention as attention  # noqa: E402
+from autograder.verdict.timing import Target, compare, peak_memory  # noqa: E402
 
 SDPA, BLOCKWISE = "scaled_dot_product_attention", "blockwise_attention"
 ATTENTION = {v.name: v.cells for v in variants.load("attention")}
@@ -243,7 +246,7 @@ def memory(lengths: list[int]) -> dict:
 
 # -- a class graded for real ------------------------------------------------------------------------------------
 def graded_class(grading_dir: Path, timeout: float, per: int) -> dict:
-    """Every assignment's learners graded at once, each assignment by its own `autograder.classgrade` with `per` Dask
+    """Every assignment's learners graded at once, each assignment by its own `autograder.classroom.classgrade` with `per` Dask
     workers (every learner's grading holds a few CUDA processes: a kernel, its worker, the shared workers)."""
     asgs = list(CLASS)
     grade.prepare(grading_dir, asgs)
@@ -251,7 +254,7 @@ def graded_class(grading_dir: Path, timeout: float, per: int) -> dict:
         for learner, (cells, _) in learners.items():
             grade.submit(grading_dir, learner, asg, variants.submission(asg, cells))
     t0 = time.monotonic()
-    procs = {asg: subprocess.Popen([sys.executable, "-m", "autograder.classgrade", asg, "--grading-dir", str(grading_dir),
+    procs = {asg: subprocess.Popen([sys.executable, "-m", "autograder.classroom.classgrade", asg, "--grading-dir", str(grading_dir),
                                     "--workers", str(per), "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True) for asg in asgs}
     summaries = {}

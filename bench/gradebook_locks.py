@@ -4,7 +4,7 @@
 
 Each of `--procs` processes records `--learners` learners into one fresh SQLite gradebook, with the
 same nbgrader `Gradebook` calls and commits that one `nbgrader autograde --student=...` makes
-(`Autograde.init_assignment`, `SaveAutoGrades`, then `autograder.nbgrader_plugin.SaveDiagnoses`),
+(`Autograde.init_assignment`, `SaveAutoGrades`, then `autograder.pipeline.SaveDiagnoses`),
 all processes starting together, without the minutes of notebook execution in between: the worst
 case for lock contention.  It runs once with the URL nbgrader gets by default (Python's 5 s busy
 timeout) and once per `--timeouts` value (`sqlite:///...?timeout=N`), and prints how many learners
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autograder.release import tools_path  # noqa: E402
+from autograder.authoring.release import tools_path  # noqa: E402
 
 os.environ["PATH"] = tools_path()      # a new gradebook runs alembic, which `make bench` does not put on PATH
 

@@ -74,20 +74,20 @@ NAMESPACE: list = []
 
 
 class InKernel:
-    """The trusted suites' learner proxy, answered in this process by the worker's own code (autograder.worker):
+    """The trusted suites' learner proxy, answered in this process by the worker's own code (autograder.inside.worker):
     every request and response goes through the protocol's encoding, as it would between two processes."""
 
     def __init__(self, ns: dict):
-        from autograder.learner import Learner
-        from autograder.worker import Worker
+        from autograder.verdict.learner import Learner
+        from autograder.inside.worker import Worker
 
         self.worker, self.parts, self.parts_server = Worker(ns), [], None
         for name in ("fn", "new", "twice", "seed"):
             setattr(self, name, getattr(Learner, name).__get__(self))
 
     def request(self, req: dict, timeout=None, what: str = "", remember: bool = True):
-        from autograder.learner import LearnerError
-        from autograder.protocol import decode, encode
+        from autograder.verdict.learner import LearnerError
+        from autograder.inside.protocol import decode, encode
 
         def copy(obj):
             data = encode(obj)
@@ -102,7 +102,7 @@ class InKernel:
 
     @contextlib.contextmanager
     def course_parts(self, names, server):
-        from autograder.learner import LearnerError
+        from autograder.verdict.learner import LearnerError
 
         raise LearnerError("NotAvailable", ["NotAvailable"], "plain nbgrader has no course parts")
         yield
@@ -155,7 +155,7 @@ def build_plain_course(folder: Path, assignments: list[str]) -> Path:
 
     suites = folder / "suites"
     (suites / "plainsuites").mkdir(parents=True)
-    for src in (ROOT / "autograder" / "suites").glob("*.py"):
+    for src in (ROOT / "autograder" / "verdict" / "suites").glob("*.py"):
         if src.name != "conftest.py":
             shutil.copy(src, suites / "plainsuites" / src.name)
     (suites / "plainsuites" / "conftest.py").write_text(CONFTEST)
@@ -181,7 +181,7 @@ def build_plain_course(folder: Path, assignments: list[str]) -> Path:
 
 
 def _nbgrader(course: Path, *args, env: dict | None = None) -> subprocess.CompletedProcess:
-    from autograder.release import BIN, tools_path
+    from autograder.authoring.release import BIN, tools_path
 
     full = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT), "PATH": tools_path()}
     return subprocess.run([str(BIN / "nbgrader"), *args], cwd=course, env=full, capture_output=True, text=True)
@@ -189,7 +189,7 @@ def _nbgrader(course: Path, *args, env: dict | None = None) -> subprocess.Comple
 
 def learners(assignment: str) -> dict:
     """The notebooks both courses grade: the reference and every known answer of the assignment."""
-    from autograder import variants
+    from autograder.authoring import variants
 
     out = {"reference": variants.submission(assignment)}
     for v in variants.load(assignment):
@@ -207,7 +207,7 @@ def machine_cpu_s() -> float:
 def compare(assignments: list[str], rounds: int, per_batch: int) -> list[list]:
     import nbformat
 
-    from autograder import grade
+    from autograder.classroom import grade
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="plain-course-") as tmp:

@@ -21,8 +21,9 @@ import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autograder import grade, variants  # noqa: E402
-from autograder.hidden import record  # noqa: E402
+from autograder.classroom import grade  # noqa: E402
+from autograder.authoring import variants
+from autograder.verdict.hidden import record  # noqa: E402
 
 
 def profile_once(assignment: str) -> dict:

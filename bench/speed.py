@@ -22,13 +22,13 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from autograder import variants  # noqa: E402
-from autograder.learner import Learner  # noqa: E402
+from autograder.authoring import variants  # noqa: E402
+from autograder.verdict.learner import Learner  # noqa: E402
 from autograder.notebooks import learner_cells, read, reference_namespace, source_notebook  # noqa: E402
-from autograder.suites import test_attention, test_residual  # noqa: E402
-from autograder.suites.checks import SPEED_FACTOR, module_targets, speed_ratios  # noqa: E402
-from autograder.suites.test_attention import SDPA_SPEED_CALLS, SDPA_SPEED_SHAPE  # noqa: E402
-from autograder.timing import Target, compare, peak_memory  # noqa: E402
+from autograder.verdict.suites import test_attention, test_residual  # noqa: E402
+from autograder.verdict.suites.checks import SPEED_FACTOR, module_targets, speed_ratios  # noqa: E402
+from autograder.verdict.suites.test_attention import SDPA_SPEED_CALLS, SDPA_SPEED_SHAPE  # noqa: E402
+from autograder.verdict.timing import Target, compare, peak_memory  # noqa: E402
 
 LOOP_SDPA = '''import math
 import torch

@@ -7,8 +7,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autograder import variants  # noqa: E402
-from autograder.suites import conftest as suites_conftest  # noqa: E402
+from autograder.authoring import variants  # noqa: E402
+from autograder.verdict.suites import conftest as suites_conftest  # noqa: E402
 
 ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").exists())
 

@@ -84,7 +84,7 @@ def book_code():
 
 def contract_names():
     """The names the solution cells define: each cell's grade_id and every function or class in it."""
-    from autograder.variants import reference_sources
+    from autograder.authoring.variants import reference_sources
 
     names = set()
     for asg in sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir()):

@@ -1,6 +1,6 @@
 """Class-scale grading: the real `nbgrader autograde` per learner on Dask, into SQLite and PostgreSQL.
 
-A small class is graded in parallel with `autograder.classgrade` on a LocalCluster of two workers;
+A small class is graded in parallel with `autograder.classroom.classgrade` on a LocalCluster of two workers;
 its gradebook must hold exactly what serial grading gives (each learner's verdict computed
 directly with the hidden suite), a learner whose grading fails is reported with its reason while
 the others are graded, and the class report counts the diagnoses.  A smaller class is graded the
@@ -17,7 +17,9 @@ import time
 import nbformat
 import pytest
 
-from autograder import classgrade, grade, hidden, report, variants
+from autograder.classroom import classgrade, grade, report
+from autograder.verdict import hidden
+from autograder.authoring import variants
 from conftest import ROOT
 
 pytestmark = pytest.mark.xdist_group("class-scale")
@@ -289,15 +291,15 @@ def test_a_learner_stopped_over_time_leaves_no_sandbox_behind(tmp_path, monkeypa
     socket of the fork server it started, are removed after it (in a private folder of this test's)."""
     import tempfile
 
-    from autograder.cgroups import Cgroup
-    from autograder.sandbox import wait_until
+    from autograder.sandbox.cgroups import Cgroup
+    from autograder.sandbox.box import wait_until
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))          # the folder the sweep looks in, here
     made = tmp_path / "made"
 
     def slow(grading_dir, assignment, learner=None, extra=(), stdout=None, **kw):
         code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r})\n"
-                "from autograder.sandbox import Limits, Sandbox\n"
+                "from autograder.sandbox.box import Limits, Sandbox\n"
                 "sb = Sandbox(Limits())\n"
                 "sb.start([sb.put('s.py', 'import time; time.sleep(300)')])\n"
                 f"open({str(made)!r}, 'w').write(sb.dir.name)\n"
@@ -334,9 +336,9 @@ def test_a_failure_is_a_grader_error_unless_nothing_was_submitted():
     """The kind comes from the grader's own lines: a quoted sandbox line that names a fault counts for nothing."""
     nothing = "[AutogradeApp | ERROR] No notebooks were matched by '/x/submitted/lost/a/*.ipynb'\n"
     fault = ("Traceback (most recent call last):\n  File \"x\", line 1\n"
-             "autograder.nbgrader_plugin.GraderFault: grader fault (not the learner's): the hidden suite did not "
+             "autograder.pipeline.GraderFault: grader fault (not the learner's): the hidden suite did not "
              "finish in time\n")
-    quoted = "[AutogradeApp | WARNING] the sandbox's stderr:\n    | autograder.nbgrader_plugin.GraderFault: forged\n"
+    quoted = "[AutogradeApp | WARNING] the sandbox's stderr:\n    | autograder.pipeline.GraderFault: forged\n"
     assert classgrade.failure_kind(nothing, stopped=False) == grade.NOT_GRADED
     assert classgrade.failure_kind(nothing + quoted, stopped=False) == grade.NOT_GRADED
     assert classgrade.failure_kind(nothing, stopped=True) == grade.GRADER_ERROR

@@ -1,6 +1,6 @@
 """Each exercise tells the learner what is graded and helps when stuck.
 
-- The criteria in each graded cell are what `autograder.criteria` renders from the hidden suite's own tests and
+- The criteria in each graded cell are what `autograder.authoring.criteria` renders from the hidden suite's own tests and
   constants.
 - The visible checks pass for the reference and for every known correct answer, and catch the known mistakes listed
   in VISIBLE, each with its own message: the notebook's setup cells, the answer's solution cells and the visible
@@ -17,7 +17,8 @@ import pytest
 import torch
 from docutils.nodes import make_id
 
-from autograder import criteria, notebooks, variants
+from autograder.authoring import criteria, variants
+from autograder import notebooks
 from autograder.notebooks import is_graded_test, is_solution, nbgrader_meta
 from conftest import ASSIGNMENTS, ROOT
 
@@ -25,8 +26,8 @@ from conftest import ASSIGNMENTS, ROOT
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnknownMarkWarning")
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
-    from autograder.suites import checks, test_attention
-    from autograder.suites import test_transformer as tt
+    from autograder.verdict.suites import checks, test_attention
+    from autograder.verdict.suites import test_transformer as tt
 
 # The known mistakes each visible check must catch: variant -> (visible-check cell, text of the check's message).
 VISIBLE = {
@@ -133,7 +134,7 @@ def one_thread():
 @pytest.mark.parametrize("asg", ASSIGNMENTS)
 def test_graded_cells_state_the_suites_criteria(asg):
     """Each graded cell (and the visible training run) is what the generator writes from the hidden suite."""
-    assert criteria.stale(asg) == [], f"{asg}: run `make criteria` (python -m autograder.criteria {asg})"
+    assert criteria.stale(asg) == [], f"{asg}: run `make criteria` (python -m autograder.authoring.criteria {asg})"
 
 
 def comment_text(source: str) -> str:

@@ -6,7 +6,7 @@ start with the configured threads (`threads = 0`), a sandbox that cannot start u
 (`processes = 1`).  Through the real `nbgrader autograde`, each must fail that learner's grading the
 way nbgrader fails: the command exits non-zero, no score is recorded, the autograded notebook is
 removed, no feedback is written, and the log names the fault with the sandbox's or the worker's stderr;
-`autograder.classgrade` lists it as a grader error, apart from a submission with nothing to grade.
+`autograder.classroom.classgrade` lists it as a grader error, apart from a submission with nothing to grade.
 A learner whose every call hangs is stopped at the budget and graded (the learner's doing), and a
 worker that sends a frame of 1 GiB is refused without reading it.
 """
@@ -24,7 +24,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autograder import classgrade, config, grade, hidden, protocol, variants
+from autograder.classroom import classgrade, grade
+from autograder import config
+from autograder.verdict import hidden
+from autograder.inside import protocol
+from autograder.authoring import variants
 from conftest import ASSIGNMENTS, ROOT
 from test_feedback import SUITE, peak_memory
 
@@ -32,7 +36,7 @@ pytestmark = pytest.mark.xdist_group("faults")
 ASG = "positional_encoding"
 CELLS = ("sinusoidal_encoding_tests", "rope_tests", "alibi_bias_tests")
 
-BROKEN_SUITE = "from autograder.suites.checks import Diagnosis\nthis line is not Python\n"
+BROKEN_SUITE = "from autograder.verdict.suites.checks import Diagnosis\nthis line is not Python\n"
 HANGING_SUITE = '''import time
 import pytest
 
@@ -208,7 +212,10 @@ def test_a_frame_s_tensors_are_read_back_by_safetensors_as_they_were(specs):
 
 MEASURE_FRAMES = '''
 import json, os, sys, tempfile, time
-from autograder import config, hidden, notebooks, protocol, variants
+from autograder import config, notebooks
+from autograder.verdict import hidden
+from autograder.inside import protocol
+from autograder.authoring import variants
 asg = sys.argv[1]
 sizes = []
 decode = protocol.decode

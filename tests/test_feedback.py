@@ -20,7 +20,8 @@ import nbformat
 import psutil
 import pytest
 
-from autograder import grade, variants
+from autograder.classroom import grade
+from autograder.authoring import variants
 from test_site import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.xdist_group("feedback")
@@ -114,7 +115,7 @@ def peak_memory(run, markers: dict[str, tuple[str, ...]]) -> tuple[object, float
 
 # The trusted processes: nbgrader's, and the hidden suite's (a warm suite server and the processes forked from it,
 # or one process per learner).
-SUITE = ("autograder.suite_server", "autograder.hidden")
+SUITE = ("autograder.verdict.suite_server", "autograder.verdict.hidden")
 TRUSTED = {"nbgrader autograde": ("nbgrader autograde",), "hidden suite": SUITE}
 
 

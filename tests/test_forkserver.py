@@ -1,4 +1,4 @@
-"""Workers forked from the fork server (autograder.forkserver) are confined exactly as workers started by bubblewrap
+"""Workers forked from the fork server (autograder.sandbox.forkserver) are confined exactly as workers started by bubblewrap
 are, each in a sandbox of its own that no other learner's code ever ran in; the server takes requests only from the
 host, and a server that died is replaced."""
 import os
@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from autograder import forkserver, sandbox
-from autograder.learner import Learner
-from autograder.sandbox import Limits, Sandbox, wait_until
+from autograder.sandbox import forkserver, box as sandbox
+from autograder.verdict.learner import Learner
+from autograder.sandbox.box import Limits, Sandbox, wait_until
 from conftest import ROOT
 
 PROBE = r'''
@@ -155,7 +155,7 @@ def test_the_server_refuses_a_request_from_outside_the_host_namespaces(forking):
     sb = Sandbox(Limits())
     try:
         target = sb.placeholder(2)
-        ask = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from autograder import forkserver\n"
+        ask = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from autograder.sandbox import forkserver\n"
                f"client = object.__new__(forkserver.ForkServer); client.path = {server.path!r}\n"
                f"try:\n    client.fork({target}, {sb.cgroup.procs_files()!r}, [], ['/bin/true'], 2)\n"
                f"except OSError as e:\n    print(e)\n")
@@ -182,7 +182,7 @@ def test_the_notebooks_kernel_is_forked_interrupted_and_started_again(fork):
 
     import nbformat
 
-    from autograder import execute
+    from autograder.inside import execute
 
     if fork and not sandbox.can_fork(Limits()):
         pytest.skip("nothing is forked here (no bubblewrap, no cgroup, or grading not as root)")

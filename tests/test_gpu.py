@@ -12,12 +12,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from autograder import config, sandbox, variants
-from autograder.learner import Learner
+from autograder import config
+from autograder.sandbox import box as sandbox
+from autograder.authoring import variants
+from autograder.verdict.learner import Learner
 from autograder.notebooks import learner_cells, read, source_notebook
-from autograder.suites import checks
-from autograder.suites import test_attention as suite
-from autograder.timing import Target, compare, gpu_lane, peak_memory, same_outputs
+from autograder.verdict.suites import checks
+from autograder.verdict.suites import test_attention as suite
+from autograder.verdict.timing import Target, compare, gpu_lane, peak_memory, same_outputs
 from conftest import ROOT
 
 CUDA = torch.cuda.is_available()
@@ -80,7 +82,7 @@ def test_packages_outside_the_environment_are_seen_and_the_course_is_not(tmp_pat
     probe = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
-        from autograder.learner import Learner
+        from autograder.verdict.learner import Learner
         cell = '''import os, extra_package
         def answer():
             return [extra_package.ANSWER, os.path.exists({str(ROOT / "solutions")!r}), os.access(extra_package.__file__, os.W_OK)]
@@ -140,7 +142,7 @@ def test_one_measured_comparison_at_a_time_on_a_gpu(monkeypatch):
         import sys, time
         sys.path.insert(0, {str(ROOT)!r})
         from types import SimpleNamespace
-        from autograder.timing import gpu_lane
+        from autograder.verdict.timing import gpu_lane
         with gpu_lane(SimpleNamespace(deadline=0.0)):
             print("held", flush=True)
             time.sleep(1.5)
@@ -223,7 +225,7 @@ def test_gpu_memory_the_learner_hides_is_still_counted(cuda_workers):
 def test_the_driver_is_read_only_by_the_process_that_started_reading_it():
     """NVML is not fork-safe: a process forked after its parent read the driver gets no reading from it (the warm
     suite server, which forks each learner's process, never reads the driver; each learner's process does)."""
-    from autograder import learner
+    from autograder.verdict import learner
 
     assert learner.gpu_memory_of([os.getpid()]) is not None
     pid = os.fork()

@@ -9,8 +9,10 @@ import sys
 import nbformat
 import pytest
 
-from autograder import grade, hidden, release, variants
-from autograder.grade_examples import example_submission, roster
+from autograder.classroom import grade
+from autograder.verdict import hidden
+from autograder.authoring import release, variants
+from autograder.authoring.grade_examples import example_submission, roster
 from conftest import ROOT
 from test_release import leaks, suite_lines
 
@@ -23,7 +25,7 @@ POINTS = {"sinusoidal_encoding_tests": 4.0, "rope_tests": 4.0, "alibi_bias_tests
 def graded_class(tmp_path_factory):
     """`make grade`'s own step, for the example class's assignment and for one nobody in it submits."""
     d = tmp_path_factory.mktemp("grading") / "fresh"
-    r = subprocess.run([sys.executable, "-m", "autograder.grade_examples", ASG, "attention", "--grading-dir", str(d)],
+    r = subprocess.run([sys.executable, "-m", "autograder.authoring.grade_examples", ASG, "attention", "--grading-dir", str(d)],
                        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     return d, r, r
 

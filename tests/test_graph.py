@@ -1,4 +1,4 @@
-"""autograder/graph.py: the traced structure of the course's models, the differences it names for the known
+"""autograder/graph/ and autograder/inside/tracer.py: the traced structure of the course's models, the differences it names for the known
 answers, its drawings, and what it does with a model it cannot trace or a graph that is junk."""
 import json
 import re
@@ -10,8 +10,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autograder import graph, variants
-from autograder.learner import Learner
+from autograder import graph
+from autograder.authoring import variants
+from autograder.verdict.learner import Learner
 from autograder.notebooks import learner_cells, read, source_notebook
 from conftest import ROOT
 
@@ -153,7 +154,7 @@ def test_every_known_mistake_is_classified():
 
 
 def test_a_learners_model_is_traced_in_the_sandbox():
-    """The learner's worker traces its model inside the sandbox (graph.py is one of the worker's files); the
+    """The learner's worker traces its model inside the sandbox (tracer.py is one of the worker's files); the
     trusted side gets plain data and names the difference."""
     bug = next(v for v in variants.load("transformer") if v.name == "shared_block")
     worker = Learner(learner_cells(variants.submission("transformer", bug.cells)))
@@ -320,8 +321,8 @@ UNTRACEABLE_BLOCK = '''class TransformerBlock(nn.Module):
 def test_the_feedback_names_and_draws_a_learners_structure():
     """Graded through the hidden suite: the learner's block traced in its worker, compared and drawn by the trusted
     side, as an output of the graded cell; a block that cannot be traced gets a note and loses nothing for it."""
-    from autograder import hidden
-    from autograder.nbgrader_plugin import structure_output
+    from autograder.verdict import hidden
+    from autograder.pipeline import structure_output
 
     swapped = {v.name: v for v in variants.load("residual")}["block_placement_swapped"]
     grading = hidden.grade(variants.submission("residual", swapped.cells), "residual")

@@ -1,4 +1,4 @@
-"""The warm suite process (autograder.suite_server) keeps every guarantee of a process per learner: each learner's
+"""The warm suite process (autograder.verdict.suite_server) keeps every guarantee of a process per learner: each learner's
 worker is its own, a shared worker of course code that died or was slowed is replaced, and learners graded one
 after another get the scores each gets alone."""
 import os
@@ -8,7 +8,9 @@ import time
 import psutil
 import pytest
 
-from autograder import config, hidden, variants
+from autograder import config
+from autograder.verdict import hidden
+from autograder.authoring import variants
 
 pytestmark = pytest.mark.xdist_group("pooling")
 PE = "positional_encoding"
@@ -131,7 +133,7 @@ def test_the_next_learners_process_starts_while_this_one_is_graded():
 def test_a_batch_leaves_nothing_behind_on_the_host(tmp_path, monkeypatch):
     """When the warm suite process ends, nothing it made stays on the host: not the sandbox (folder and cgroup) of
     the worker made ready for a learner who never came, not the fork server or its socket."""
-    from autograder.sandbox import wait_until
+    from autograder.sandbox.box import wait_until
 
     for server in hidden._SERVERS:
         server.close()

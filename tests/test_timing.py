@@ -1,10 +1,10 @@
-"""The speed and memory measures of autograder.timing, on real sandboxed workers with tiny inputs."""
+"""The speed and memory measures of autograder.verdict.timing, on real sandboxed workers with tiny inputs."""
 import pytest
 
-from autograder import variants
-from autograder.learner import Learner
+from autograder.authoring import variants
+from autograder.verdict.learner import Learner
 from autograder.notebooks import learner_cells
-from autograder.timing import Comparison, Target, compare, peak_memory, same_outputs
+from autograder.verdict.timing import Comparison, Target, compare, peak_memory, same_outputs
 
 SDPA = "scaled_dot_product_attention"
 TINY = [{"kind": "randn", "shape": [1, 1, 8, 4]}] * 3
@@ -50,7 +50,7 @@ def test_peak_memory_returns_the_measured_call_s_outputs(pair):
 
 def test_each_timed_run_has_inputs_of_its_own(pair):
     """The seed of a timed run is drawn for it: two runs with drawn seeds see different inputs."""
-    from autograder.timing import fresh_seed
+    from autograder.verdict.timing import fresh_seed
 
     a, b = (pair[0].run(fresh_seed(), TINY) for _ in range(2))
     assert not same_outputs(a, b)

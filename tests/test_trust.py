@@ -8,7 +8,8 @@ grading), and only there may a part's provisional score pass the control's.
 """
 import pytest
 
-from autograder import grade, variants
+from autograder.classroom import grade
+from autograder.authoring import variants
 from trust_attacks import CLASSES, FLAGGED, FOUND_NOTHING, LIBRARY, PROVISIONAL, SEARCHER
 
 FAST = {"GRADER_CELL_TIMEOUT": "30", "GRADER_CALL_TIMEOUT": "30"}

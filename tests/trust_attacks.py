@@ -6,8 +6,8 @@ hard-coded model) plus one trick per part, written as a motivated learner holdin
 would write it.  A trick gains nothing when the part scores no more than the control's, or when the
 grader proves a library use (0 points) or flags the notebook for the instructor.
 """
-from autograder import variants
-from autograder.suites.test_attention import MEMORY_SEQ_LEN, SDPA_SPEED_CALLS, SDPA_SPEED_SHAPE
+from autograder.authoring import variants
+from autograder.verdict.suites.test_attention import MEMORY_SEQ_LEN, SDPA_SPEED_CALLS, SDPA_SPEED_SHAPE
 
 _ATTENTION = {v.name: v.cells for v in variants.load("attention")}
 _ATTENTION_CORRECT = {k: v for k, v in _ATTENTION["softmax_einsum"].items() if k != "MultiHeadAttention"}

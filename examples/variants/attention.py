@@ -1,5 +1,5 @@
-"""Known answers to the attention exercise (see autograder/variants.py)."""
-from autograder.variants import Bug, Correct
+"""Known answers to the attention exercise (see autograder/authoring/variants.py)."""
+from autograder.authoring.variants import Bug, Correct
 
 SDPA_SOFTMAX = '''def scaled_dot_product_attention(q, k, v, mask=None):
     scores = torch.einsum("...id,...jd->...ij", q, k) / math.sqrt(q.size(-1))

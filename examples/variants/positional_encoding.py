@@ -1,5 +1,5 @@
-"""Known answers to the positional_encoding exercise (see autograder/variants.py)."""
-from autograder.variants import Bug, Correct
+"""Known answers to the positional_encoding exercise (see autograder/authoring/variants.py)."""
+from autograder.authoring.variants import Bug, Correct
 
 SIN_EXP_LOG = '''def sinusoidal_encoding(seq_len, d_model, base=10000.0):
     if d_model % 2 == 1:

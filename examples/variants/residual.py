@@ -1,5 +1,5 @@
-"""Known answers to the residual exercise (see autograder/variants.py)."""
-from autograder.variants import Bug, Correct
+"""Known answers to the residual exercise (see autograder/authoring/variants.py)."""
+from autograder.authoring.variants import Bug, Correct
 
 LN_RSQRT = '''class LayerNorm(nn.Module):
     def __init__(self, d_model, eps=1e-5):

@@ -1,5 +1,5 @@
-"""Known answers to the transformer exercise (see autograder/variants.py)."""
-from autograder.variants import Bug, Correct, load, reference_sources
+"""Known answers to the transformer exercise (see autograder/authoring/variants.py)."""
+from autograder.authoring.variants import Bug, Correct, load, reference_sources
 
 # Mistakes in the parts pasted from the earlier exercises: the TinyTransformer tests use the course's versions of
 # those parts, so a right TinyTransformer loses only the test that uses the learner's own parts.

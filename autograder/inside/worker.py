@@ -284,10 +284,10 @@ class Worker:
 
     def op_graph(self, req):
         """The learner's module `name`, built with the graph module's example sizes, as a graph of plain data
-        (autograder.graph): for the feedback's drawing, never for a score."""
-        import graph
+        (tracer): for the feedback's drawing, never for a score."""
+        import tracer
 
-        return graph.trace_named(self.ns, str(req["name"]))
+        return tracer.trace_named(self.ns, str(req["name"]))
 
     def op_echo(self, req):
         """The grader's check that a shared worker of course code still answers, and in turn."""

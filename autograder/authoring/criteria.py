@@ -6,8 +6,8 @@ sentence the feedback shows when the test passes) with its share of the cell's p
 grades by, read from the suite's own constants: the speed factor, the memory limit, the training run. The visible
 training cell of the transformer notebook takes its settings from the same constants.
 
-    python -m autograder.criteria ASSIGNMENT...            # write them into solutions/ (make criteria)
-    python -m autograder.criteria --check ASSIGNMENT...    # exit 1 where solutions/ is out of date
+    python -m autograder.authoring.criteria ASSIGNMENT...            # write them into solutions/ (make criteria)
+    python -m autograder.authoring.criteria --check ASSIGNMENT...    # exit 1 where solutions/ is out of date
 """
 from __future__ import annotations
 
@@ -22,10 +22,11 @@ from dataclasses import dataclass
 
 import nbformat
 
-from . import config, hidden, notebooks
-from .notebooks import is_graded_test, nbgrader_meta
-from .suites import checks
-from .static import EXAMPLES
+from autograder import config, notebooks
+from autograder.verdict import hidden
+from autograder.notebooks import is_graded_test, nbgrader_meta
+from autograder.verdict.suites import checks
+from autograder.verdict.static import EXAMPLES
 
 WIDTH = 118
 TRAINING_CELL = "TinyTransformer_training"     # the cell id of the visible training run (a plain, editable cell)
@@ -53,7 +54,7 @@ def _calls(fn: ast.FunctionDef) -> dict:
 
 
 def suite(assignment: str):
-    return importlib.import_module(f"autograder.suites.test_{assignment}")
+    return importlib.import_module(f"autograder.verdict.suites.test_{assignment}")
 
 
 def hidden_tests(assignment: str) -> list[HiddenTest]:

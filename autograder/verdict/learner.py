@@ -9,7 +9,7 @@ grader itself fails (the sandbox cannot start, the worker dies before any learne
 the call raises `GraderFault`: that is never the learner's zero.
 
 Measurements come from outside the worker: CPU time and peak memory from the sandbox's cgroup
-(autograder.cgroups).  Where the machine has no cgroups, the fallbacks (the process tree's CPU
+(autograder.sandbox.cgroups).  Where the machine has no cgroups, the fallbacks (the process tree's CPU
 time, the worker's VmHWM) are readings of processes the learner controls, and `NOTES` says so.
 """
 from __future__ import annotations
@@ -21,9 +21,9 @@ import sys
 import threading
 import time
 
-from . import config
-from .protocol import ProtocolError, read_message, write_message
-from .sandbox import Limits, Sandbox, SandboxUnavailable, kill_tree
+from autograder import config
+from autograder.inside.protocol import ProtocolError, read_message, write_message
+from autograder.sandbox.box import Limits, Sandbox, SandboxUnavailable, kill_tree
 
 # What this process could not measure from outside, or which protections its sandboxes lacked:
 # reported with the verdict, so the feedback, the log and the class report can say so.
@@ -81,9 +81,9 @@ class Learner:
         self.broken_cells: dict[str, str] = {}   # cell id -> why loading it ended the process
         self.broken_calls: dict[str, str] = {}   # call -> why it ended or hung the process before
         self.deaths = 0
-        # The hidden suite's end of the learner's time budget (autograder.hidden), as time.time().
+        # The hidden suite's end of the learner's time budget (autograder.verdict.hidden), as time.time().
         self.deadline = float(os.environ.get("GRADER_DEADLINE", "inf"))
-        self.parts: list[str] = []                # names bound to the course's parts (autograder.parts)
+        self.parts: list[str] = []                # names bound to the course's parts (autograder.inside.parts)
         self.gpu_at_start: int | None = None      # GPU bytes the worker held before any learner code ran (driver)
         self.last_poll: dict | None = None        # the driver's polls during the last GPU memory measurement
         self.parts_server: Learner | None = None  # the worker of course code that computes them
@@ -563,7 +563,7 @@ class _DriverPoller:
 
 # NVML is not safe in a process forked after it was initialised: the warm suite server, which forks each learner's
 # suite process, turns it off for itself (its shared workers go without a reading at their start), and each learner's
-# process, which measures, turns it on again (autograder.suite_server).
+# process, which measures, turns it on again (autograder.verdict.suite_server).
 DRIVER_READINGS = True
 _NVML: dict = {}                  # pid -> (pynvml, GPU handles) or None: NVML as this process initialised it
 

@@ -1,7 +1,7 @@
 """A warm trusted process that runs the hidden suites of a batch, one learner after another.
 
 Starting a suite costs seconds: Python, torch, pytest and the suites to import, and three sandboxed workers
-to start. `autograder.hidden` hands each learner to this server instead, which pays most of that once:
+to start. `autograder.verdict.hidden` hands each learner to this server instead, which pays most of that once:
 
 - it imports everything once; each learner's suite runs in a process forked from it, which never ran a
   suite before and ends with it, so nothing of one learner's grading reaches the next one's;
@@ -43,11 +43,12 @@ def warm():
     import safetensors.torch  # noqa: F401
     import torch  # noqa: F401
 
-    from autograder import graph, hidden  # noqa: F401
-    from autograder.suites import conftest  # noqa: F401
+    from autograder import graph  # noqa: F401
+    from autograder.verdict import hidden
+    from autograder.verdict.suites import conftest  # noqa: F401
 
     for path in sorted(hidden.SUITES.glob("test_*.py")):
-        __import__(f"autograder.suites.{path.stem}")
+        __import__(f"autograder.verdict.suites.{path.stem}")
 
 
 class Shared:
@@ -72,7 +73,7 @@ class Shared:
 
     def get(self, assignment: str) -> dict:
         """The healthy shared workers of `assignment`, by role, started or replaced as needed."""
-        from autograder.learner import Learner
+        from autograder.verdict.learner import Learner
         from autograder.notebooks import learner_cells, read, source_notebook
 
         for role in sorted(self.used.get(assignment, ())):
@@ -102,7 +103,7 @@ class Shared:
 def healthy(w) -> bool:
     """A shared worker answers its check in turn and in time, and forgets the last learner's leftovers; it has
     used less than half the CPU time its processes may (so that it never reaches that limit during a grading)."""
-    from autograder.learner import LearnerError, WorkerDied
+    from autograder.verdict.learner import LearnerError, WorkerDied
 
     if not w.alive() or w.spawned or w.cpu_seconds() > w.limits.cpu_time / 2:
         return False
@@ -116,7 +117,7 @@ def healthy(w) -> bool:
 
 def _suite(assignment: str):
     """The module of `assignment`'s hidden suite, as warm() imported it (None when there is none)."""
-    return sys.modules.get(f"autograder.suites.test_{assignment}")
+    return sys.modules.get(f"autograder.verdict.suites.test_{assignment}")
 
 
 def roles_of(assignment: str) -> set[str]:
@@ -142,7 +143,8 @@ def ready_for(assignment: str):
     learners' workers import it ahead (a structure drawing traces the course's module in the suite's process),
     once, kept out of the forked processes' collections like warm()'s imports; and start the fork server of its
     workers here, before the processes are forked that will ask it for workers."""
-    from autograder import config, sandbox
+    from autograder import config
+    from autograder.sandbox import box as sandbox
 
     sandbox.prepare_fork_server(config.current(), preload(assignment))
     if "torch.export._trace" in preload(assignment) and "torch.export._trace" not in sys.modules:
@@ -152,8 +154,9 @@ def ready_for(assignment: str):
 
 def _child(read_fd: int, shared: dict, env: dict, assignment: str):
     """The process of one learner's suite: it starts that learner's worker, then waits for the request."""
-    from autograder import config, hidden, learner
-    from autograder.suites import checks, conftest
+    from autograder import config
+    from autograder.verdict import hidden, learner
+    from autograder.verdict.suites import checks, conftest
 
     os.setsid()
     os.environ.update({k: v for k, v in env.items() if k != "GRADER_DEADLINE"})
@@ -222,7 +225,7 @@ def _discard(ready: tuple):
 
 def _wait(pid: int, deadline: float) -> int | None:
     """The exit code of a learner's process (None: killed at `deadline`); what its sandboxes left is removed."""
-    from autograder.sandbox import sweep
+    from autograder.sandbox.box import sweep
 
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -242,7 +245,7 @@ def _wait(pid: int, deadline: float) -> int | None:
 
 
 def main():
-    from autograder import learner
+    from autograder.verdict import learner
 
     learner.DRIVER_READINGS = False         # NVML is not fork-safe: only the processes forked from here use it
     warm()

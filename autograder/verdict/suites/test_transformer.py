@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autograder import config
-from autograder.learner import LearnerError
+from autograder.verdict.learner import LearnerError
 
 from .checks import (DRAWING_PRELOAD, Diagnosis, check, close, draw_structure, fast_enough, leaves_inputs, randn,
                      seeded, tensor, together)
@@ -353,7 +353,7 @@ def test_tiny_drawn(request, learner, reference):
 @TINY
 def test_tiny_speed(learner, timed_reference):
     """the forward pass runs about as fast as the reference solution"""
-    from autograder.timing import Target
+    from autograder.verdict.timing import Target
 
     worker = timed_reference
     sizes = dict(vocab_size=16, d_model=64, n_heads=4, d_ff=128, n_layers=2, max_len=64)

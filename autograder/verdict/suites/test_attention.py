@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autograder.learner import LearnerError
-from autograder.timing import fresh_seed, peak_memory, same_outputs
+from autograder.verdict.learner import LearnerError
+from autograder.verdict.timing import fresh_seed, peak_memory, same_outputs
 
 from .checks import (Diagnosis, check, close, fast_enough, function_targets, leaves_inputs, module_targets, on_device,
                      randn, raises, seeded, tensor, together)
@@ -638,7 +638,7 @@ def test_blockwise_any_sizes(learner, Lq, Lk, bs, causal, seed):
 
 
 
-# -- speed and memory (autograder.timing: a clock and a memory measure the learner cannot touch) -------
+# -- speed and memory (autograder.verdict.timing: a clock and a memory measure the learner cannot touch) -------
 # The speed check's input: short sequences, where a loop over query positions costs most against whole-tensor
 # operations (about 10x the reference under load) and a correct answer with more passes than the reference
 # (torch.where masks) about 1.5x; at 256 positions memory traffic brought that one to 3x under load.

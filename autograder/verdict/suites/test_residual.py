@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from autograder.learner import LearnerError
+from autograder.verdict.learner import LearnerError
 
 from .checks import (DRAWING_PRELOAD, Diagnosis, check, close, draw_structure, fast_enough, leaves_inputs, max_error, module_targets,
                      randn, seeded, together)

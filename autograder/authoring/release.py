@@ -1,6 +1,6 @@
 """Generate the learner release `exercises/` from the one source `solutions/` with nbgrader.
 
-`python -m autograder.release ASSIGNMENT...` runs `nbgrader generate_assignment` for each
+`python -m autograder.authoring.release ASSIGNMENT...` runs `nbgrader generate_assignment` for each
 assignment, into `exercises/` by default (the committed release) or into `--into DIR`.  The
 gradebook it records the assignment in is the grading one (GRADING_DIR), or a throwaway one.
 """
@@ -13,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import ROOT
+from autograder import ROOT
 
 BIN = Path(sys.executable).parent      # this interpreter's folder: nbgrader, and the alembic it runs
 

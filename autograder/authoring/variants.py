@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import nbformat
 
-from . import ROOT
-from .notebooks import is_solution, nbgrader_meta, read, source_notebook
+from autograder import ROOT
+from autograder.notebooks import is_solution, nbgrader_meta, read, source_notebook
 
 VARIANTS_DIR = ROOT / "examples" / "variants"
 RELEASE_DIR = ROOT / "exercises"

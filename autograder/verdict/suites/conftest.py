@@ -4,7 +4,7 @@
             imports ahead the modules a suite names as its WORKER_PRELOAD;
 `reference` the course's own solution code for an assignment, executed here (trusted);
 `reference_worker`, `course` the course's solution in sandboxed workers: the other side of every speed
-            comparison, and the server of the course's parts (autograder.parts).
+            comparison, and the server of the course's parts (autograder.inside.parts).
 Each test carries `@pytest.mark.cell("<grade_id>")`, the graded cell it scores, and may carry
 `@pytest.mark.weight(w)`.  A suite that defines `course_parts(cell, learner) -> [names]` has the tests of
 that cell run with those names bound to the course's parts (a part is graded on its own), except the
@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, settings
 
-from autograder.learner import Learner
+from autograder.verdict.learner import Learner
 from autograder.notebooks import learner_cells, read, reference_namespace, source_notebook
 
 # Regrading the same submission must give the same grade: examples are derandomized.
@@ -29,7 +29,7 @@ settings.load_profile("grading")
 
 
 
-# Set by a warm suite process (autograder.suite_server): the workers of course code it shares, by role, and
+# Set by a warm suite process (autograder.verdict.suite_server): the workers of course code it shares, by role, and
 # this learner's own worker, started ahead and waiting for its cells.
 SHARED: dict = {}
 PRESTARTED: list = []
@@ -77,7 +77,7 @@ def _workers(role: str):
 @pytest.fixture(scope="session")
 def reference_worker():
     """The course's solution code running in its own sandboxed worker, under the same limits as the
-    learner's: the other side of every speed comparison (autograder.timing)."""
+    learner's: the other side of every speed comparison (autograder.verdict.timing)."""
     workers, get = _workers("reference")
     yield get
     for w in workers.values():

@@ -7,14 +7,14 @@ A sandboxed process gets:
   writable folders, /sandbox (its home) and /tmp, each a tmpfs of a fixed size whose pages count in
   the sandbox's memory; nothing of the course (no solutions, no hidden suites, no gradebook, no
   other submissions), no network (loopback only), no capabilities;
-- a cgroup (autograder.cgroups) for the whole sandbox: a memory limit and a process limit that hold
+- a cgroup (autograder.sandbox.cgroups) for the whole sandbox: a memory limit and a process limit that hold
   for all its processes together, and the kernel's own count of CPU time and peak memory, read from
   outside by the trusted side;
 - everywhere: per-process limits on CPU time, address space, file size and open files, a
   wall-clock limit enforced by the trusted parent, and every process killed afterwards.
 
 Where bubblewrap and a cgroup are both there, a sandboxed process is forked from a warm fork server into a
-sandbox made the same way (autograder.forkserver) instead of being started by bubblewrap: the same confinement,
+sandbox made the same way (autograder.sandbox.forkserver) instead of being started by bubblewrap: the same confinement,
 without an interpreter start and `import torch` for each one.
 
 On the host, everything a sandbox needs lives in a folder only the grader's user can enter
@@ -43,12 +43,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cgroups import Cgroup, why_unavailable
-from .forkserver import INSIDE_CODE, INSIDE_HOME, Forked, ForkServer, first_line
+from autograder.sandbox.cgroups import Cgroup, why_unavailable
+from autograder.sandbox.forkserver import INSIDE_CODE, INSIDE_HOME, Forked, ForkServer, first_line
 
 GIB = 1 << 30
-# Files the sandbox may see from the autograder: the worker side of the protocol only.
-SANDBOX_FILES = ("worker.py", "protocol.py", "execute.py", "parts.py", "graph.py")
+# What the sandbox sees of the autograder: the package that runs inside it, copied whole (its modules import each
+# other by their own names there, and nothing else of the course).
+INSIDE = Path(__file__).resolve().parent.parent / "inside"
+SANDBOX_FILES = tuple(sorted(p.name for p in INSIDE.glob("*.py") if p.name != "__init__.py"))
 
 OS_SANDBOX = "OS sandbox (bubblewrap): own user, PID, network and mount namespaces, no course files"
 DISK_CAP = "writable space capped (/sandbox and /tmp are sized tmpfs counted in memory)"
@@ -74,7 +76,7 @@ class Limits:
     processes: int = 256           # the cgroup's pids.max (and RLIMIT_NPROC, which root ignores)
     threads: int = 1               # torch/OpenMP threads inside
     allow_unsandboxed: bool = False
-    fork: bool = True              # workers forked from a fork server (autograder.forkserver) where possible
+    fork: bool = True              # workers forked from a fork server (autograder.sandbox.forkserver) where possible
     device: str = "cpu"            # "cuda": the GPU's device nodes and `gpu_paths` are visible inside
     gpu_paths: tuple[str, ...] = ()
 
@@ -179,7 +181,7 @@ def _python_folders() -> list[str]:
     """The folders outside the system's that Python imports from here: its installation, the virtual environment,
     and every other folder on its path (a `.pth` file's, PYTHONPATH's, a `pip --target` folder's), except the
     course's own (the repository root, or a folder holding it: the course's virtual environment alone is seen)."""
-    from . import ROOT
+    from autograder import ROOT
 
     course = os.path.realpath(ROOT)
     envs = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
@@ -298,7 +300,7 @@ def _third_party(modules) -> tuple[str, ...]:
 
 def prepare_fork_server(settings, preload: tuple[str, ...] = ()):
     """Start the fork server that workers under `settings` with `preload` will use, before processes are forked that
-    will use it too (autograder.suite_server)."""
+    will use it too (autograder.verdict.suite_server)."""
     limits = Limits.of(settings, wall_s=0)
     if can_fork(limits):
         try:
@@ -356,9 +358,8 @@ class Sandbox:
         self.dir = Path(tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-", dir=private_root()))
         self.files = self.dir / "grader"
         self.files.mkdir()
-        here = Path(__file__).parent
         for name in SANDBOX_FILES:
-            shutil.copy(here / name, self.files / name)
+            shutil.copy(INSIDE / name, self.files / name)
         self.home = self.dir / "home"          # used only without bubblewrap
         self.home.mkdir()
         self.cgroup = Cgroup.create(self.dir.name, self.limits.memory, self.limits.processes)
@@ -431,7 +432,7 @@ class Sandbox:
             return None
 
     def fork(self, argv: list[str], stderr: int, modules: tuple[str, ...] = ()) -> Forked:
-        """A worker forked from the fork server into this sandbox (autograder.forkserver): a placeholder started by
+        """A worker forked from the fork server into this sandbox (autograder.sandbox.forkserver): a placeholder started by
         bubblewrap makes the sandbox's namespaces and mount tree; the forked worker enters them."""
         target = self.placeholder(stderr)
         env = _env(self.limits, INSIDE_HOME, INSIDE_CODE)

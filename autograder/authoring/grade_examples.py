@@ -13,7 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import ROOT, grade, variants
+from autograder import ROOT
+from autograder.classroom import grade
+from autograder.authoring import variants
 
 
 def roster() -> dict[str, dict[str, str]]:

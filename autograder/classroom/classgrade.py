@@ -1,23 +1,23 @@
 """Grade a whole class in parallel: real `nbgrader autograde` runs, each for a group of learners, as Dask tasks.
 
-    python -m autograder.classgrade ASSIGNMENT [--scheduler ADDRESS] [--workers N] [--grading-dir DIR]
+    python -m autograder.classroom.classgrade ASSIGNMENT [--scheduler ADDRESS] [--workers N] [--grading-dir DIR]
                                     [--learners A,B,...] [--timeout S] [--retries N] [--group N]
                                     [--no-feedback] [--no-report] [--no-progress]
 
 The learners who submitted the assignment (a folder `<grading-dir>/submitted/<learner>/<assignment>/`)
 are split into groups (by default two per worker, for balance), and each group becomes one task on Dask
 distributed.  The task runs nbgrader's own command for that group only, `nbgrader autograde ASSIGNMENT
---force` with every other learner excluded (through `autograder.grade.autograde`), as a subprocess of the
+--force` with every other learner excluded (through `autograder.classroom.grade.autograde`), as a subprocess of the
 Dask worker, so the sandboxed execution and the hidden suites run exactly as in a serial `nbgrader
 autograde`, and the group shares one warm suite process and kernels made ready ahead; the task returns
 only a small record per learner (exit code, seconds, reason of a failure).  A learner whose grading met
 a gradebook lock or did not end is graded again alone.  Then `nbgrader generate_feedback` runs for the graded learners, split into
-one task per worker, and the class report (`autograder.report`) is written into
+one task per worker, and the class report (`autograder.classroom.report`) is written into
 `<grading-dir>/report/<assignment>/`.  A progress bar with the estimated time left runs on stderr;
 a summary (graded, failed with reasons, wall time, mean time per learner) ends on stdout.
 
 The grading folder and the gradebook must exist: `nbgrader generate_assignment` (or
-`autograder.grade.prepare`) records the assignment in the gradebook first.
+`autograder.classroom.grade.prepare`) records the assignment in the gradebook first.
 
 Where it runs
 -------------
@@ -49,7 +49,7 @@ and, from the course root on a machine that sees the same files:
 
     GRADEBOOK_URL=postgresql+psycopg2://grader@dbhost/gradebook \\
     GRADING_DIR=/shared/course/_build/grading \\
-        .venv/bin/python -m autograder.classgrade positional_encoding --scheduler tcp://HOST:PORT --workers 32
+        .venv/bin/python -m autograder.classroom.classgrade positional_encoding --scheduler tcp://HOST:PORT --workers 32
 
 Without dask-jobqueue the same cluster is a `dask scheduler` on a login node and an `sbatch` job per
 node running `.venv/bin/dask worker tcp://HOST:8786 --nworkers 8 --nthreads 1` from `/shared/course`.
@@ -101,9 +101,10 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import ROOT, config, grade
-from .release import nbgrader
-from .sandbox import sweep
+from autograder import ROOT, config
+from autograder.classroom import grade
+from autograder.authoring.release import nbgrader
+from autograder.sandbox.box import sweep
 
 DEFAULT_RETRIES = 2
 GRADER, SUBMISSION = grade.GRADER_ERROR, grade.NOT_GRADED       # the two kinds of failure
@@ -427,7 +428,7 @@ def portable(name: str, root: str = str(ROOT)):
 
         if root not in sys.path:
             sys.path.insert(0, root)
-        return getattr(importlib.import_module("autograder.classgrade"), name)(*args)
+        return getattr(importlib.import_module("autograder.classroom.classgrade"), name)(*args)
     return task
 
 
@@ -533,7 +534,7 @@ def grade_class(assignment: str, grading_dir: Path = grade.DEFAULT_DIR, schedule
                             f"{', '.join(r['missing'] or r['learners'])}: {r['reason']}")
             result.feedback_s = time.monotonic() - t1
     if report:
-        from . import report as class_report
+        from autograder.classroom import report as class_report
 
         failures = {o.learner: o.status for o in outcomes if not o.ok}
         result.report = class_report.build(grading_dir, assignment, url=url, failures=failures)
@@ -574,7 +575,7 @@ def summary(r: ClassResult, grading_dir: Path | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m autograder.classgrade",
+    p = argparse.ArgumentParser(prog="python -m autograder.classroom.classgrade",
                                 description="Grade every submitted learner of an assignment in parallel on Dask.")
     p.add_argument("assignment")
     p.add_argument("--scheduler", help="address of an existing Dask scheduler (default: a local cluster)")

@@ -9,8 +9,8 @@ import secrets
 
 import torch
 
-from autograder.learner import LearnerError, on_gpu
-from autograder.timing import Target, compare
+from autograder.verdict.learner import LearnerError, on_gpu
+from autograder.verdict.timing import Target, compare
 
 # Every input a test makes comes from this seed, drawn afresh for each grading, so no submission can
 # know the inputs in advance.  GRADER_SEED (set by an instructor, never by a learner) replays a grading.
@@ -187,7 +187,7 @@ def fast_enough(learner_target: Target, reference_target: Target, inputs: list[d
                 calls: int = 1, kwargs: dict | None = None, factor: float | None = None, same_output: bool = True,
                 attempts: int = 3):
     """The learner's code runs within `factor` (by default the device's: `speed_factor`) of the reference on fresh
-    inputs (autograder.timing).
+    inputs (autograder.verdict.timing).
 
     A ratio over `factor` but under twice it is measured again on new inputs, up to `attempts` times, and the
     best one counts: a burst of load on a shared machine (another process, a hypervisor taking the core) slows
@@ -221,8 +221,8 @@ def together(learner, course_worker, names: list[str], run_check, what: str, fix
 
 
 # What the learner's worker imports for `draw_structure` before its learner is known (torch.export's tracer costs
-# about 2 s of CPU to import): a suite that draws names it as its WORKER_PRELOAD (autograder.suite_server).
-DRAWING_PRELOAD = ("graph", "torch.export._trace")
+# about 2 s of CPU to import): a suite that draws names it as its WORKER_PRELOAD (autograder.verdict.suite_server).
+DRAWING_PRELOAD = ("tracer", "torch.export._trace")
 
 
 def draw_structure(request, learner, reference_namespace: dict, name: str):

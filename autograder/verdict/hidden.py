@@ -1,10 +1,10 @@
 """Run an assignment's hidden suite against one submission and score its graded cells.
 
-The suite runs in a fresh trusted Python process (`python -m autograder.hidden ...`) that never
+The suite runs in a fresh trusted Python process (`python -m autograder.verdict.hidden ...`) that never
 executes learner code: its `learner` fixture talks to a sandboxed worker.  The process writes
 one record per test (graded cell, weight, outcome, diagnosis, or a grader fault) and what it could
 not measure from outside; `grade()` adds the static reading of the learner's source
-(autograder.static) and returns one `Verdict` per graded cell: the single record from which the
+(autograder.verdict.static) and returns one `Verdict` per graded cell: the single record from which the
 graded cell's output, the gradebook comment, the feedback and the class report are all rendered.
 """
 from __future__ import annotations
@@ -22,8 +22,9 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import ROOT, config, static
-from .notebooks import TESTS_SUFFIX, graded_cells, learner_cells
+from autograder import ROOT, config
+from autograder.verdict import static
+from autograder.notebooks import TESTS_SUFFIX, graded_cells, learner_cells
 
 SUITES = Path(__file__).parent / "suites"
 GRADED, FLAGGED = "graded", "needs manual grading"
@@ -113,8 +114,8 @@ def suite_path(assignment: str, settings: config.Settings | None = None) -> Path
 # -- inside the suite process -----------------------------------------------------------------
 def diagnose(excinfo) -> tuple[str, bool]:
     """(what the learner reads, whether it is a grader fault)."""
-    from autograder.learner import GraderFault, LearnerError, WorkerDied
-    from autograder.suites.checks import Diagnosis
+    from autograder.verdict.learner import GraderFault, LearnerError, WorkerDied
+    from autograder.verdict.suites.checks import Diagnosis
 
     e = excinfo.value
     while isinstance(e, BaseExceptionGroup) and e.exceptions:
@@ -185,8 +186,8 @@ class Recorder:
 def _suite_main(assignment: str, out: str) -> int:
     import pytest
 
-    from autograder import learner
-    from autograder.suites import checks
+    from autograder.verdict import learner
+    from autograder.verdict.suites import checks
 
     seed = checks.GRADING_SEED
     sys.stderr.write(f"grader: inputs drawn from grading seed {seed} (GRADER_SEED={seed} replays them)\n")
@@ -220,12 +221,12 @@ def _trusted_env(extra: dict) -> dict:
 
 
 class SuiteServer:
-    """The client of a warm suite process (autograder.suite_server), started on first use, ended with this process."""
+    """The client of a warm suite process (autograder.verdict.suite_server), started on first use, ended with this process."""
 
     def __init__(self, settings: config.Settings):
         self.log = tempfile.NamedTemporaryFile(prefix="grader-suite-server-", suffix=".log", delete=False)
         env = _trusted_env(settings.to_env())
-        self.proc = subprocess.Popen([sys.executable, "-m", "autograder.suite_server"], cwd=ROOT, env=env, text=True,
+        self.proc = subprocess.Popen([sys.executable, "-m", "autograder.verdict.suite_server"], cwd=ROOT, env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
         atexit.register(self.close)
 
@@ -296,7 +297,7 @@ def run_suite(assignment: str, cells: list[dict], settings: config.Settings, dea
             env = _trusted_env(suite_env)
             with open(log, "wb") as logf:
                 try:
-                    r = subprocess.run([sys.executable, "-m", "autograder.hidden", assignment, str(out)], cwd=ROOT,
+                    r = subprocess.run([sys.executable, "-m", "autograder.verdict.hidden", assignment, str(out)], cwd=ROOT,
                                        env=env, stdout=logf, stderr=subprocess.STDOUT, timeout=timeout,
                                        stdin=subprocess.DEVNULL, preexec_fn=functools.partial(limit_trusted_memory, settings.trusted_memory))
                     code = r.returncode

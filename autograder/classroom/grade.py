@@ -15,10 +15,11 @@ from pathlib import Path
 import nbformat
 from nbgrader.api import Gradebook, MissingEntry
 
-from .release import generate, nbgrader
+from autograder import ROOT
+from autograder.authoring.release import generate, nbgrader
 
-DEFAULT_DIR = Path(__file__).resolve().parent.parent / "_build" / "grading"
-# The two kinds of a failed grading (autograder.classgrade): the grader could not grade, or nothing to grade.
+DEFAULT_DIR = ROOT / "_build" / "grading"
+# The two kinds of a failed grading (autograder.classroom.classgrade): the grader could not grade, or nothing to grade.
 GRADER_ERROR, NOT_GRADED = "grader error", "not graded"
 
 

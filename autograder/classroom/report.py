@@ -1,9 +1,9 @@
 """The class report: every learner's scores, the class's misconceptions, the spread of totals.
 
-    python -m autograder.report ASSIGNMENT... [--grading-dir DIR] [--out DIR]
+    python -m autograder.classroom.report ASSIGNMENT... [--grading-dir DIR] [--out DIR]
 
 Read from the gradebook (GRADEBOOK_URL, else the grading folder's SQLite file) and written into
-`<grading-dir>/report/<assignment>/` (also the last step of `autograder.classgrade`):
+`<grading-dir>/report/<assignment>/` (also the last step of `autograder.classroom.classgrade`):
 
 - `scores.csv`     one row per learner: the score of each graded cell, the total, the points, and
                    for a learner whose grading failed its status, `grader error: <reason>` (the grader
@@ -14,7 +14,7 @@ Read from the gradebook (GRADEBOOK_URL, else the grading folder's SQLite file) a
 - `report.html`    one self-contained page with the three (the image inlined, no other file or host).
 
 The diagnoses come from the grading record that each autograded notebook holds (the verdicts, as
-data: `autograder.hidden.Grading`), never from re-reading the text of a comment; so do the grading
+data: `autograder.verdict.hidden.Grading`), never from re-reading the text of a comment; so do the grading
 notes (protections or measurements a grading lacked), listed with the learners they concern.
 """
 from __future__ import annotations
@@ -31,9 +31,10 @@ from pathlib import Path
 
 import nbformat
 
-from . import ROOT, grade
-from .hidden import Grading, record
-from .notebooks import is_graded_test, nbgrader_meta
+from autograder import ROOT
+from autograder.classroom import grade
+from autograder.verdict.hidden import Grading, record
+from autograder.notebooks import is_graded_test, nbgrader_meta
 
 
 def learner_record(grading_dir: Path, assignment: str, learner: str) -> dict:
@@ -182,7 +183,7 @@ def build(grading_dir: Path, assignment: str, url: str | None = None, failures: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m autograder.report", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m autograder.classroom.report", description=__doc__.split("\n\n")[0])
     p.add_argument("assignments", nargs="+")
     p.add_argument("--grading-dir", type=Path, default=Path(os.environ.get("GRADING_DIR", grade.DEFAULT_DIR)))
     p.add_argument("--out", type=Path, help="folder for the files (default: <grading-dir>/report/<assignment>)")

@@ -38,10 +38,13 @@ from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, Clea
                                     OverwriteKernelspec, SaveAutoGrades)
 from traitlets import Unicode
 
-from . import config, execute, hidden, submission
-from .hidden import RECORD, record
-from .notebooks import TESTS_SUFFIX, cell_id, is_graded_test, nbgrader_meta
-from .sandbox import Limits, Sandbox, SandboxUnavailable
+from autograder import config
+from autograder.inside import execute
+from autograder.verdict import hidden
+from autograder.pipeline import submission
+from autograder.verdict.hidden import RECORD, record
+from autograder.notebooks import TESTS_SUFFIX, cell_id, is_graded_test, nbgrader_meta
+from autograder.sandbox.box import Limits, Sandbox, SandboxUnavailable
 
 DEADLINE = "grader_deadline"   # resources: when this learner's grading budget ends (time.time())
 LAST = "grader_last"           # resources: no learner follows this one in this nbgrader run
@@ -62,7 +65,7 @@ def settings_of(pre) -> config.Settings:
 
 
 class SubmissionReader(NotebookExporter):
-    """nbgrader's exporter, reading submissions defensively (see `autograder.submission`)."""
+    """nbgrader's exporter, reading submissions defensively (see `autograder.pipeline.submission`)."""
 
     def from_file(self, file_stream, resources=None, **kw):
         ids = (resources or {}).get("nbgrader", {})
@@ -188,7 +191,7 @@ class SandboxedExecute(NbGraderPreprocessor):
         """Put the outputs of each line the sandbox wrote into its code cell, checked and capped again here; the
         number of code cells that reported.  Only the first line for each code cell counts, and a line longer
         than a cell's outputs may be is not parsed."""
-        from .execute import cap_outputs
+        from autograder.inside.execute import cap_outputs
 
         code = {i for i, c in enumerate(nb.cells) if c.cell_type == "code"}
         done: set[int] = set()
@@ -218,7 +221,7 @@ def unfinished(nb, s: config.Settings) -> list[str]:
     not run them again, and the names they define fail as a cell that could not be loaded. Only the sandbox says a
     cell was stopped, and so can a cell of the learner's raising the same error: believing it can only cost the
     learner what that cell defines, and it saves the cell limit's time (60 s by default) a second time."""
-    from .execute import UNFINISHED as STOPPED
+    from autograder.inside.execute import UNFINISHED as STOPPED
 
     said = STOPPED.format(int(s.cell_timeout))
     return [cell_id(cell, i) for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and any(
