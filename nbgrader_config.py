@@ -6,7 +6,6 @@ and everything a grading run writes (submitted, autograded, feedback, gradebook)
 lives under one ignored folder, `_build/grading` unless GRADING_DIR names another.
 """
 import os
-import sys
 
 c = get_config()  # noqa: F821  (provided by traitlets when nbgrader loads this file)
 
@@ -30,7 +29,6 @@ c.ClearSolutions.code_stub = {"python": '# YOUR CODE HERE\nraise NotImplementedE
 
 # Trusted grading: the learner's notebook is executed in a sandbox, and every graded cell's
 # score is decided by the hidden suites in a process that never runs learner code.
-sys.path.insert(0, here)
-from autograder.pipeline import configure  # noqa: E402
+from autograder.pipeline import configure
 
 configure(c, feedback_directory=os.path.join(grading, "feedback"))

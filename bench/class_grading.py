@@ -31,13 +31,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
-from autograder.classroom import classgrade, grade  # noqa: E402
-from autograder.verdict import hidden
 from autograder.authoring import variants
-from autograder.notebooks import is_solution  # noqa: E402
 from autograder.authoring.release import nbgrader  # noqa: E402
+from autograder.classroom import classgrade, grade  # noqa: E402
+from autograder.notebooks import is_solution  # noqa: E402
+from autograder.verdict import hidden
 
 # The same limits for both runs: a never-ending cell is stopped after 20 s, in the notebook run and
 # in the hidden suite's worker (autograder.config, through its environment overrides).

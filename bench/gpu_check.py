@@ -25,19 +25,19 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("GRADER_DEVICE", "cuda")
 
-from autograder.sandbox import cgroups, box as sandbox  # noqa: E402
 from autograder import config
-from autograder.classroom import grade
 from autograder.authoring import variants
-from autograder.verdict.learner import Learner, gpu_memory_of  # noqa: E402
+from autograder.classroom import grade
 from autograder.notebooks import learner_cells, read, source_notebook  # noqa: E402
+from autograder.sandbox import box as sandbox
+from autograder.sandbox import cgroups  # noqa: E402
+from autograder.verdict.learner import Learner, gpu_memory_of  # noqa: E402
 from autograder.verdict.suites import checks  # noqa: E402
 from autograder.verdict.suites import test_attention as attention  # noqa: E402
 from autograder.verdict.timing import Target, compare, peak_memory  # noqa: E402
@@ -97,7 +97,7 @@ def say(*parts):
 def facts() -> dict:
     import torch
 
-    f = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "device": device(),
+    f = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "device": device(),
          "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
          "kernel": platform.release(), "cpus": os.cpu_count()}
     if torch.cuda.is_available():

@@ -19,9 +19,6 @@ import sys
 import tempfile
 import time
 import traceback
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autograder.authoring.release import tools_path  # noqa: E402
 

@@ -27,7 +27,6 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
 
 TRUSTED_ONLY = {"reference_worker", "timed_reference", "course"}    # fixtures only a trusted grader has
 
@@ -78,16 +77,16 @@ class InKernel:
     every request and response goes through the protocol's encoding, as it would between two processes."""
 
     def __init__(self, ns: dict):
-        from autograder.verdict.learner import Learner
         from autograder.inside.worker import Worker
+        from autograder.verdict.learner import Learner
 
         self.worker, self.parts, self.parts_server = Worker(ns), [], None
         for name in ("fn", "new", "twice", "seed"):
             setattr(self, name, getattr(Learner, name).__get__(self))
 
     def request(self, req: dict, timeout=None, what: str = "", remember: bool = True):
-        from autograder.verdict.learner import LearnerError
         from autograder.inside.protocol import decode, encode
+        from autograder.verdict.learner import LearnerError
 
         def copy(obj):
             data = encode(obj)
@@ -183,7 +182,7 @@ def build_plain_course(folder: Path, assignments: list[str]) -> Path:
 def _nbgrader(course: Path, *args, env: dict | None = None) -> subprocess.CompletedProcess:
     from autograder.authoring.release import BIN, tools_path
 
-    full = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT), "PATH": tools_path()}
+    full = {**os.environ, **(env or {}), "PATH": tools_path()}
     return subprocess.run([str(BIN / "nbgrader"), *args], cwd=course, env=full, capture_output=True, text=True)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -19,10 +18,8 @@ from pathlib import Path
 
 import nbformat
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from autograder.classroom import grade  # noqa: E402
 from autograder.authoring import variants
+from autograder.classroom import grade  # noqa: E402
 from autograder.verdict.hidden import record  # noqa: E402
 
 

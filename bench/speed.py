@@ -13,18 +13,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from autograder.authoring import variants  # noqa: E402
-from autograder.verdict.learner import Learner  # noqa: E402
 from autograder.notebooks import learner_cells, read, reference_namespace, source_notebook  # noqa: E402
+from autograder.verdict.learner import Learner  # noqa: E402
 from autograder.verdict.suites import test_attention, test_residual  # noqa: E402
 from autograder.verdict.suites.checks import SPEED_FACTOR, module_targets, speed_ratios  # noqa: E402
 from autograder.verdict.suites.test_attention import SDPA_SPEED_CALLS, SDPA_SPEED_SHAPE  # noqa: E402

@@ -6,7 +6,6 @@ the solution notebooks. When either changes, the whole execution cache is cleare
 page runs again and a fix to a solution reaches the book.
 """
 import hashlib
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -15,8 +14,6 @@ STAMP = "imported-code.sha256"
 
 def digest():
     """A hash of the code the pages import: experiments.py, how solutions are run, and their code cells."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     from autograder.notebooks import SOLUTIONS, learner_cells, read
 
     h = hashlib.sha256()

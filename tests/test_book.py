@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from conftest import ROOT
-from test_release import secret_lines, leaks
+from helpers import ROOT, book_module, leaks, secret_lines
 
 pytestmark = pytest.mark.xdist_group("book")
 HTML = ROOT / "_build" / "html"
@@ -228,8 +226,7 @@ def test_every_trained_result_has_its_sd_and_seed_count(site):
 
 def test_the_execution_cache_follows_the_imported_code(tmp_path):
     """The build's extension hashes the code the pages import, and clears the cache when the hash changes."""
-    sys.path.insert(0, str(BOOK))
-    import execution_cache
+    execution_cache = book_module("execution_cache")
     from jupyter_cache import get_cache
 
     from autograder import notebooks
@@ -258,6 +255,4 @@ def test_the_execution_cache_follows_the_imported_code(tmp_path):
 
 
 def experiments():
-    sys.path.insert(0, str(BOOK))
-    import experiments as ex
-    return ex
+    return book_module("experiments")

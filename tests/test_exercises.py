@@ -16,11 +16,11 @@ import warnings
 import pytest
 import torch
 from docutils.nodes import make_id
+from helpers import ASSIGNMENTS, ROOT
 
-from autograder.authoring import criteria, variants
 from autograder import notebooks
+from autograder.authoring import criteria, variants
 from autograder.notebooks import is_graded_test, is_solution, nbgrader_meta
-from conftest import ASSIGNMENTS, ROOT
 
 # The hidden suites are imported here to read their tests; their markers are registered only where they run.
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnknownMarkWarning")

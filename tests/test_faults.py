@@ -13,7 +13,6 @@ worker that sends a frame of 1 GiB is refused without reading it.
 import csv
 import io
 import json
-import os
 import struct
 import subprocess
 import sys
@@ -21,16 +20,15 @@ import time
 
 import pytest
 import torch
+from helpers import ASSIGNMENTS, ROOT, SUITE, peak_memory
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autograder.classroom import classgrade, grade
 from autograder import config
-from autograder.verdict import hidden
-from autograder.inside import protocol
 from autograder.authoring import variants
-from conftest import ASSIGNMENTS, ROOT
-from test_feedback import SUITE, peak_memory
+from autograder.classroom import classgrade, grade
+from autograder.inside import protocol
+from autograder.verdict import hidden
 
 pytestmark = pytest.mark.xdist_group("faults")
 ASG = "positional_encoding"
@@ -242,7 +240,7 @@ def test_the_frame_cap_holds_every_legitimate_answer_with_a_margin(asg):
     """The hidden suite graded on the reference solution, every frame the trusted side reads counted: the largest
     stays under half of `max_frame_bytes`."""
     r = subprocess.run([sys.executable, "-c", MEASURE_FRAMES, asg], cwd=ROOT, capture_output=True, text=True,
-                       timeout=900, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["failed"] == [] and got["frames"] > 0, got

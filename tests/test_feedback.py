@@ -13,16 +13,15 @@ the trusted processes' memory and the feedback stay those of a normal learner.
 import json
 import re
 import threading
-import time
 from pathlib import Path
 
 import nbformat
-import psutil
 import pytest
+from attacks import FLOOD
+from helpers import CHROMIUM, CHROMIUM_ARGS, SUITE, peak_memory
 
-from autograder.classroom import grade
 from autograder.authoring import variants
-from test_site import CHROMIUM, CHROMIUM_ARGS
+from autograder.classroom import grade
 
 pytestmark = pytest.mark.xdist_group("feedback")
 ASG = "positional_encoding"
@@ -45,34 +44,6 @@ MARKDOWN = '''A note of mine.
 LOUD_ROPE = '''def rope(x, base=10000.0):
     raise ValueError('<img src="data:," onerror="window.pwned = \\'comment\\'"> [click](javascript:window.pwned=1)')
 '''
-# The flood: in the notebook's kernel only (the grader's worker has no client to attack).
-FLOOD = r'''
-try:
-    get_ipython
-except NameError:
-    pass
-else:
-    import json as _json, os as _os, signal as _signal
-    from IPython.display import display as _display
-    for _ in range(20_000):                                   # through the notebook client
-        _display({"text/plain": "x"}, raw=True)
-    _client = _os.getppid()
-    _err = _os.readlink(f"/proc/{_client}/fd/2")
-    _one = _json.dumps({"output_type": "display_data", "data": {"text/plain": "x"}, "metadata": {}})
-    for _fd in _os.listdir(f"/proc/{_client}/fd"):
-        _link = _os.readlink(f"/proc/{_client}/fd/{_fd}")
-        if _link.startswith("pipe:") and _link != _err:     # the client's private stdout to the grader
-            try:
-                with open(f"/proc/{_client}/fd/{_fd}", "w") as _pipe:
-                    for _index in range(11, -1, -1):            # 300,000 outputs, straight to the grader
-                        _pipe.write('{"index": %d, "outputs": [%s]}\n' % (_index, ",".join([_one] * 25_000)))
-            except OSError:
-                pass
-    _os.kill(_client, _signal.SIGKILL)
-    _os._exit(0)
-'''
-
-
 def _mallory():
     nb = variants.submission(ASG, {"rope": LOUD_ROPE})
     first = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution"))
@@ -81,41 +52,6 @@ def _mallory():
     return nb
 
 
-def peak_memory(run, markers: dict[str, tuple[str, ...]]) -> tuple[object, float, dict[str, int]]:
-    """(what run() returns, its wall time, {name: the peak resident memory of the processes under this one whose
-    command line holds one of its markers}), polled from outside (VmHWM) while it runs."""
-    peak: dict[str, int] = {}
-    stop = threading.Event()
-
-    def poll():
-        while not stop.is_set():
-            for p in psutil.Process().children(recursive=True):
-                try:
-                    cmd = " ".join(p.cmdline())
-                    with open(f"/proc/{p.pid}/status") as f:
-                        hwm = next(int(line.split()[1]) << 10 for line in f if line.startswith("VmHWM"))
-                except (psutil.Error, OSError, StopIteration):
-                    continue
-                for name, found in markers.items():
-                    if any(m in cmd for m in found):
-                        peak[name] = max(peak.get(name, 0), hwm)
-            time.sleep(0.05)
-
-    t = threading.Thread(target=poll, daemon=True)
-    t.start()
-    t0 = time.monotonic()
-    try:
-        result = run()
-    finally:
-        wall = time.monotonic() - t0
-        stop.set()
-        t.join()
-    return result, wall, peak
-
-
-# The trusted processes: nbgrader's, and the hidden suite's (a warm suite server and the processes forked from it,
-# or one process per learner).
-SUITE = ("autograder.verdict.suite_server", "autograder.verdict.hidden")
 TRUSTED = {"nbgrader autograde": ("nbgrader autograde",), "hidden suite": SUITE}
 
 

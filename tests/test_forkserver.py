@@ -7,11 +7,12 @@ import sys
 import time
 
 import pytest
+from helpers import ROOT
 
-from autograder.sandbox import forkserver, box as sandbox
-from autograder.verdict.learner import Learner
+from autograder.sandbox import box as sandbox
+from autograder.sandbox import forkserver
 from autograder.sandbox.box import Limits, Sandbox, wait_until
-from conftest import ROOT
+from autograder.verdict.learner import Learner
 
 PROBE = r'''
 import os, signal, socket, sys, torch
@@ -155,7 +156,7 @@ def test_the_server_refuses_a_request_from_outside_the_host_namespaces(forking):
     sb = Sandbox(Limits())
     try:
         target = sb.placeholder(2)
-        ask = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from autograder.sandbox import forkserver\n"
+        ask = ("from autograder.sandbox import forkserver\n"
                f"client = object.__new__(forkserver.ForkServer); client.path = {server.path!r}\n"
                f"try:\n    client.fork({target}, {sb.cgroup.procs_files()!r}, [], ['/bin/true'], 2)\n"
                f"except OSError as e:\n    print(e)\n")

@@ -11,16 +11,16 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from helpers import ROOT
 
 from autograder import config
-from autograder.sandbox import box as sandbox
 from autograder.authoring import variants
-from autograder.verdict.learner import Learner
 from autograder.notebooks import learner_cells, read, source_notebook
+from autograder.sandbox import box as sandbox
+from autograder.verdict.learner import Learner
 from autograder.verdict.suites import checks
 from autograder.verdict.suites import test_attention as suite
 from autograder.verdict.timing import Target, compare, gpu_lane, peak_memory, same_outputs
-from conftest import ROOT
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device here: `make gpu-check` runs these on one")
@@ -80,8 +80,6 @@ def test_packages_outside_the_environment_are_seen_and_the_course_is_not(tmp_pat
     root on the same path is not there."""
     (tmp_path / "extra_package.py").write_text("ANSWER = 42\n")
     probe = textwrap.dedent(f"""
-        import sys
-        sys.path.insert(0, {str(ROOT)!r})
         from autograder.verdict.learner import Learner
         cell = '''import os, extra_package
         def answer():
@@ -138,9 +136,8 @@ def test_the_course_s_parts_keep_the_device_of_their_inputs(device):
 def test_one_measured_comparison_at_a_time_on_a_gpu(monkeypatch):
     """The GPU lane: a second grading process waits for the first to finish its measured calls, and its learner's
     time budget is not charged for the wait. On the CPU (a cgroup's CPU time is the clock) no lane is taken."""
-    holder = textwrap.dedent(f"""
-        import sys, time
-        sys.path.insert(0, {str(ROOT)!r})
+    holder = textwrap.dedent("""
+        import time
         from types import SimpleNamespace
         from autograder.verdict.timing import gpu_lane
         with gpu_lane(SimpleNamespace(deadline=0.0)):

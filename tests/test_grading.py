@@ -8,13 +8,12 @@ import sys
 
 import nbformat
 import pytest
+from helpers import ROOT, leaks, suite_lines
 
+from autograder.authoring import release, variants
+from autograder.authoring.grade_examples import roster
 from autograder.classroom import grade
 from autograder.verdict import hidden
-from autograder.authoring import release, variants
-from autograder.authoring.grade_examples import example_submission, roster
-from conftest import ROOT
-from test_release import leaks, suite_lines
 
 ASG = "positional_encoding"
 pytestmark = pytest.mark.xdist_group("class")
@@ -26,7 +25,7 @@ def graded_class(tmp_path_factory):
     """`make grade`'s own step, for the example class's assignment and for one nobody in it submits."""
     d = tmp_path_factory.mktemp("grading") / "fresh"
     r = subprocess.run([sys.executable, "-m", "autograder.authoring.grade_examples", ASG, "attention", "--grading-dir", str(d)],
-                       cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                       cwd=ROOT, capture_output=True, text=True)
     return d, r, r
 
 

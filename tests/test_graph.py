@@ -7,14 +7,14 @@ import sys
 
 import pytest
 import torch
+from helpers import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autograder import graph
 from autograder.authoring import variants
-from autograder.verdict.learner import Learner
 from autograder.notebooks import learner_cells, read, source_notebook
-from conftest import ROOT
+from autograder.verdict.learner import Learner
 
 B, L, D, D_FF = graph.SIZES["B"], graph.SIZES["L"], graph.SIZES["d_model"], graph.SIZES["d_ff"]
 MODEL = {"residual": "TransformerBlock", "transformer": "TinyTransformer"}
@@ -321,8 +321,8 @@ UNTRACEABLE_BLOCK = '''class TransformerBlock(nn.Module):
 def test_the_feedback_names_and_draws_a_learners_structure():
     """Graded through the hidden suite: the learner's block traced in its worker, compared and drawn by the trusted
     side, as an output of the graded cell; a block that cannot be traced gets a note and loses nothing for it."""
-    from autograder.verdict import hidden
     from autograder.pipeline import structure_output
+    from autograder.verdict import hidden
 
     swapped = {v.name: v for v in variants.load("residual")}["block_placement_swapped"]
     grading = hidden.grade(variants.submission("residual", swapped.cells), "residual")

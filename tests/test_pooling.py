@@ -9,8 +9,8 @@ import psutil
 import pytest
 
 from autograder import config
-from autograder.verdict import hidden
 from autograder.authoring import variants
+from autograder.verdict import hidden
 
 pytestmark = pytest.mark.xdist_group("pooling")
 PE = "positional_encoding"

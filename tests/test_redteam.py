@@ -12,12 +12,11 @@ import threading
 
 import nbformat
 import pytest
+from attacks import FLOOD, MARKER, NOTEBOOK_ATTACKS, SNIPPETS, WRONG
+from helpers import leaks, suite_lines
 
-from attacks import MARKER, NOTEBOOK_ATTACKS, SNIPPETS, WRONG
-from autograder.classroom import grade
 from autograder.authoring import variants
-from test_feedback import FLOOD
-from test_release import leaks, suite_lines
+from autograder.classroom import grade
 
 pytestmark = pytest.mark.xdist_group("redteam")
 ASG = "positional_encoding"

@@ -4,11 +4,11 @@ import re
 
 import nbformat
 import pytest
+from helpers import ASSIGNMENTS, ROOT, leaks, secret_lines
 
-from autograder.verdict import hidden
 from autograder import notebooks
 from autograder.authoring.release import generate
-from conftest import ASSIGNMENTS, ROOT
+from autograder.verdict import hidden
 
 
 def test_every_assignment_has_a_release_a_suite_and_variants():
@@ -58,41 +58,6 @@ def test_source_notebook_conventions(asg):
     suite = hidden.suite_path(asg).read_text()
     marked = set(re.findall(r'mark\.cell\("([^"]+)"\)', suite))
     assert marked == set(graded), f"hidden suite cells {sorted(marked)} != graded cells {sorted(graded)}"
-
-
-def solution_lines():
-    """Lines of the reference solutions, which must never reach a learner before grading."""
-    secrets = set()
-    for asg in ASSIGNMENTS:
-        for cell in notebooks.read(notebooks.source_notebook(asg)).cells:
-            if notebooks.is_solution(cell):
-                body = re.search(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", cell.source, re.S)
-                secrets |= {ln.strip() for ln in body.group(1).splitlines() if len(ln.strip()) >= 25}
-    return secrets
-
-
-def suite_lines():
-    """Lines of the hidden suites, which must never reach a learner at all (less the lines they share
-    with the solutions: a learner's own notebook may hold those)."""
-    secrets = set()
-    for asg in ASSIGNMENTS:
-        for ln in hidden.suite_path(asg).read_text().splitlines():
-            ln = ln.strip()
-            if len(ln) >= 30 and not ln.startswith(("#", '"""', "import", "from")):
-                secrets.add(ln)
-    solutions = "\n".join(c.source for asg in ASSIGNMENTS for c in notebooks.read(notebooks.source_notebook(asg)).cells
-                          if notebooks.is_solution(c))
-    return {ln for ln in secrets if ln not in solutions}
-
-
-def secret_lines():
-    return solution_lines() | suite_lines()
-
-
-def leaks(text: str, secrets: set) -> list:
-    """The secret lines found in a file's text (JSON-escaped notebook text included)."""
-    text = text.replace('\\"', '"').replace("\\n", "\n")
-    return [s for s in secrets if s in text]
 
 
 def test_no_secret_in_exercises():

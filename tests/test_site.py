@@ -8,23 +8,16 @@ A missing browser or playwright fails these tests: they never skip.
 """
 import html.parser
 import json
-import os
 import re
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlsplit
 
 import pytest
-
+from helpers import CHROMIUM, CHROMIUM_ARGS
 from site_server import ROOT, SiteServer, ensure_built, toc_pages
 
 pytestmark = pytest.mark.xdist_group("book")  # after test_book.py, on its worker: one build per run
 
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-# Headless, and quiet: without these Chromium calls Google's hosts (updates, sync, field trials).
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-default-apps", "--disable-extensions", "--disable-dev-shm-usage",
-                 "--metrics-recording-only", "--no-default-browser-check", "--disable-features=Translate"]
 SHOTS = ROOT / "_build" / "screenshots"
 PAGES = toc_pages()
 SEARCHES = {"residual": "book/residual", "positional": "book/positional_encoding",

@@ -1,11 +1,11 @@
 """The static reading of a learner's source (autograder.verdict.static): every route to a library version of
 an exercise is proven, every construct a reading cannot follow is flagged, honest code is neither."""
 import pytest
+from helpers import ASSIGNMENTS
 
-from autograder.verdict import static
 from autograder.authoring import variants
 from autograder.notebooks import TESTS_SUFFIX, graded_cells, learner_cells
-from conftest import ASSIGNMENTS
+from autograder.verdict import static
 
 SETUP = "import math\n\nimport torch\nfrom torch import nn\n"
 GRADED = {"scaled_dot_product_attention", "MultiHeadAttention", "LayerNorm"}
@@ -36,7 +36,7 @@ def findings(source: str, cell: str = "scaled_dot_product_attention", extra: lis
     ("F = torch.nn.functional\nF.group_norm(x, 1)", "torch.nn.functional.group_norm"),
 ])
 def test_every_route_to_a_library_version_is_proven(source, path):
-    library, _ = findings(f"def scaled_dot_product_attention(q, k, v, mask=None):\n    x = q\n" +
+    library, _ = findings("def scaled_dot_product_attention(q, k, v, mask=None):\n    x = q\n" +
                           "\n".join("    " + line for line in source.splitlines()))
     assert path in library, library
 

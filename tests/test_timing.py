@@ -2,8 +2,8 @@
 import pytest
 
 from autograder.authoring import variants
-from autograder.verdict.learner import Learner
 from autograder.notebooks import learner_cells
+from autograder.verdict.learner import Learner
 from autograder.verdict.timing import Comparison, Target, compare, peak_memory, same_outputs
 
 SDPA = "scaled_dot_product_attention"

@@ -7,10 +7,10 @@ notebook whose code can reach the grader is flagged for the instructor with the 
 grading), and only there may a part's provisional score pass the control's.
 """
 import pytest
-
-from autograder.classroom import grade
-from autograder.authoring import variants
 from trust_attacks import CLASSES, FLAGGED, FOUND_NOTHING, LIBRARY, PROVISIONAL, SEARCHER
+
+from autograder.authoring import variants
+from autograder.classroom import grade
 
 FAST = {"GRADER_CELL_TIMEOUT": "30", "GRADER_CALL_TIMEOUT": "30"}
 

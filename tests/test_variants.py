@@ -2,11 +2,11 @@
 pytest process scoring a sandboxed worker): every known correct answer gets full marks, every
 known mistake loses points in exactly the cells it should, with a diagnosis that names it."""
 import pytest
+from helpers import ASSIGNMENTS, all_variants
 
-from autograder.verdict import hidden
 from autograder.authoring import variants
 from autograder.notebooks import graded_cells, reference_namespace
-from conftest import ASSIGNMENTS, all_variants
+from autograder.verdict import hidden
 
 
 def _grade(asg, cells=None, answered=True):
@@ -65,7 +65,8 @@ def test_known_mistakes_cover_every_graded_cell():
 def test_the_large_score_tolerance_over_many_gradings():
     """Both attention large-score tests, on the inputs of 300 gradings: the reference's answers pass every time, an
     online softmax that forgets to rescale fails every time (the rule in-process, without a worker, to afford 300)."""
-    from autograder.verdict.suites import checks, test_attention as suite
+    from autograder.verdict.suites import checks
+    from autograder.verdict.suites import test_attention as suite
     ns, saved = reference_namespace("attention"), checks.GRADING_SEED
     try:
         for checks.GRADING_SEED in range(300):

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 from autograder import ROOT
-from autograder.classroom import grade
 from autograder.authoring import variants
+from autograder.classroom import grade
 
 
 def roster() -> dict[str, dict[str, str]]:

@@ -27,7 +27,7 @@ def tools_path() -> str:
 def nbgrader(*args: str, grading_dir: Path | None = None, check: bool = True, env_extra: dict | None = None,
              **kw) -> subprocess.CompletedProcess:
     """Run an nbgrader command in the course directory (the repository root)."""
-    env = {**os.environ, **(env_extra or {}), "PYTHONPATH": str(ROOT), "PATH": tools_path()}
+    env = {**os.environ, **(env_extra or {}), "PATH": tools_path()}
     if grading_dir is not None:
         env["GRADING_DIR"] = str(grading_dir)
     cmd = [str(BIN / "nbgrader"), *args]

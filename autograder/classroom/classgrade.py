@@ -29,7 +29,7 @@ With `--scheduler tcp://HOST:8786`, the tasks go to an existing Dask cluster (`-
 waits until N workers have joined).  Every worker must see the course at the same path as this
 machine (the repository root, with its `.venv`), and the grading folder at the same path: a shared
 filesystem.  The workers run the course's Python (`.venv/bin/python`, which finds `nbgrader` beside
-itself); each task puts the course root on its worker's `sys.path` (the scheduler needs nothing of
+itself and the course installed in it); the scheduler needs nothing of
 the course).  For a
 cluster, use a PostgreSQL gradebook (below): SQLite's locking over a network filesystem is not
 reliable.  On Slurm GPU nodes with dask-jobqueue (`pip install dask-jobqueue` where the scheduler runs):
@@ -101,9 +101,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from autograder import ROOT, config
-from autograder.classroom import grade
+from autograder import config
 from autograder.authoring.release import nbgrader
+from autograder.classroom import grade
 from autograder.sandbox.box import sweep
 
 DEFAULT_RETRIES = 2
@@ -417,17 +417,14 @@ def feedback_learners(grading_dir: str, assignment: str, url: str, learners: lis
             "seconds": round(time.monotonic() - t0, 2), "log": str(log)}
 
 
-def portable(name: str, root: str = str(ROOT)):
+def portable(name: str):
     """The task function `name` of this module, in a form any Dask process can unpickle without the course
-    on its path: a closure, which Dask's cloudpickle sends by value, that imports the course's code only
-    when it runs on a worker (where the course is at `root`).  Recent schedulers unpickle the task graph
-    themselves, so a function sent by reference would need the course on the scheduler's path too."""
+    installed: a closure, which Dask's cloudpickle sends by value, that imports the course's code only when it
+    runs on a worker (whose Python is the course's, where it is installed).  Recent schedulers unpickle the task
+    graph themselves, so a function sent by reference would need the course where the scheduler runs too."""
     def task(*args):
         import importlib
-        import sys
 
-        if root not in sys.path:
-            sys.path.insert(0, root)
         return getattr(importlib.import_module("autograder.classroom.classgrade"), name)(*args)
     return task
 

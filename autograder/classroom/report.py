@@ -33,8 +33,8 @@ import nbformat
 
 from autograder import ROOT
 from autograder.classroom import grade
-from autograder.verdict.hidden import Grading, record
 from autograder.notebooks import is_graded_test, nbgrader_meta
+from autograder.verdict.hidden import Grading, record
 
 
 def learner_record(grading_dir: Path, assignment: str, learner: str) -> dict:

@@ -19,7 +19,6 @@ from autograder.graph.compare import differences
 from autograder.graph.draw import side_by_side_html, to_dot, to_svg
 from autograder.inside.tracer import EXAMPLES, trace_named
 
-
 # --- the command line ------------------------------------------------------------------------------------------------
 
 def _load_namespace(source: str) -> dict:

@@ -33,18 +33,28 @@ from nbconvert.exporters import HTMLExporter, NotebookExporter
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
 from nbconvert.preprocessors.sanitize import SanitizeHTML
 from nbgrader.api import Gradebook, MissingEntry
-from nbgrader.preprocessors import (AssignLatePenalties, CheckCellMetadata, ClearOutput, DeduplicateIds, GetGrades,
-                                    IgnorePattern, LimitOutput, NbGraderPreprocessor, OverwriteCells,
-                                    OverwriteKernelspec, SaveAutoGrades)
+from nbgrader.preprocessors import (
+    AssignLatePenalties,
+    CheckCellMetadata,
+    ClearOutput,
+    DeduplicateIds,
+    GetGrades,
+    IgnorePattern,
+    LimitOutput,
+    NbGraderPreprocessor,
+    OverwriteCells,
+    OverwriteKernelspec,
+    SaveAutoGrades,
+)
 from traitlets import Unicode
 
 from autograder import config
 from autograder.inside import execute
-from autograder.verdict import hidden
-from autograder.pipeline import submission
-from autograder.verdict.hidden import RECORD, record
 from autograder.notebooks import TESTS_SUFFIX, cell_id, is_graded_test, nbgrader_meta
+from autograder.pipeline import submission
 from autograder.sandbox.box import Limits, Sandbox, SandboxUnavailable
+from autograder.verdict import hidden
+from autograder.verdict.hidden import RECORD, record
 
 DEADLINE = "grader_deadline"   # resources: when this learner's grading budget ends (time.time())
 LAST = "grader_last"           # resources: no learner follows this one in this nbgrader run

@@ -81,7 +81,7 @@ class Limits:
     gpu_paths: tuple[str, ...] = ()
 
     @classmethod
-    def of(cls, settings, wall_s: float) -> "Limits":
+    def of(cls, settings, wall_s: float) -> Limits:
         """The limits of autograder.config.Settings, with this wall-clock limit."""
         return cls(wall_s=wall_s, cpu_time=settings.cpu_time, memory=settings.memory, disk=settings.disk,
                    file_size=settings.disk, open_files=settings.open_files, processes=settings.processes,
@@ -415,7 +415,7 @@ class Sandbox:
         self.procs.append(proc)
         return proc
 
-    def spawn(self, argv: list[str], stderr: int) -> "subprocess.Popen | Forked":
+    def spawn(self, argv: list[str], stderr: int) -> subprocess.Popen | Forked:
         """Start a worker (`argv`: worker.py and its arguments, paths inside) reading stdin and writing stdout
         through pipes: forked from the fork server where it can be (`can_fork`), else started by bubblewrap."""
         return self._forked(argv, stderr, _third_party(argv[1:])) or self.popen(
@@ -464,7 +464,7 @@ class Sandbox:
             target = int(below[0])
         return target
 
-    def start(self, argv: list[str], preload: tuple[str, ...] = ()) -> "subprocess.Popen | Forked":
+    def start(self, argv: list[str], preload: tuple[str, ...] = ()) -> subprocess.Popen | Forked:
         """Start a process that `finish` will feed and read (it may start long before: a kernel made ready ahead),
         forked with the modules `preload` imported where the sandbox can (`can_fork`)."""
         read, write = os.pipe()
@@ -480,7 +480,7 @@ class Sandbox:
         proc.tail = Tail(proc.stderr)
         return proc
 
-    def finish(self, proc: subprocess.Popen, stdout_limit: int, send: bytes = b"", last: bytes | None = None) -> "Run":
+    def finish(self, proc: subprocess.Popen, stdout_limit: int, send: bytes = b"", last: bytes | None = None) -> Run:
         """Write `send` to the process, then read at most `stdout_limit` bytes of its output (it is killed when it
         writes more) within the wall-clock limit, counted from now, or up to the line `last` (the process says it
         has nothing more to say: it is not waited for to end); then kill everything the sandbox started."""
@@ -517,7 +517,7 @@ class Sandbox:
         proc.stdout.close()
         return Run(proc.returncode, bytes(out), proc.tail.text(wait=2.0), timed_out, over)
 
-    def run(self, argv: list[str], stdout_limit: int, send: bytes = b"") -> "Run":
+    def run(self, argv: list[str], stdout_limit: int, send: bytes = b"") -> Run:
         """Run to completion within the wall-clock limit (see `finish`)."""
         return self.finish(self.start(argv), stdout_limit, send)
 
@@ -599,7 +599,7 @@ class Run:
     over_limit: bool
 
 
-def kill_tree(proc: "subprocess.Popen | Forked", grace: float = 0.0):
+def kill_tree(proc: subprocess.Popen | Forked, grace: float = 0.0):
     """Kill a sandboxed process and everything it started (same session / PID namespace; a forked one's descendants
     die with its sandbox's cgroup, and its group is not signalled: its pid is freed as soon as it ends)."""
     if proc.poll() is None and grace:

@@ -72,7 +72,7 @@ class Cgroup:
 
     # -- creation -------------------------------------------------------------------------------
     @classmethod
-    def create(cls, name: str, memory_limit: int, pids_max: int) -> "Cgroup | None":
+    def create(cls, name: str, memory_limit: int, pids_max: int) -> Cgroup | None:
         _REASON.clear()
         try:
             cg = cls._create_v2(name) if _is_v2_root() else cls._create_v1(name)
@@ -93,7 +93,7 @@ class Cgroup:
         return cg
 
     @classmethod
-    def existing(cls, name: str) -> "Cgroup | None":
+    def existing(cls, name: str) -> Cgroup | None:
         """The cgroup `create(name)` made, where it still exists (None when it does not)."""
         own = _own_paths()
         if _is_v2_root():
@@ -105,7 +105,7 @@ class Cgroup:
         return cls(dirs, v2=False) if len(dirs) == len(V1) and any(d.is_dir() for d in dirs.values()) else None
 
     @classmethod
-    def _create_v1(cls, name: str) -> "Cgroup | None":
+    def _create_v1(cls, name: str) -> Cgroup | None:
         own = _own_paths()
         dirs = {}
         for c in V1:
@@ -126,7 +126,7 @@ class Cgroup:
         return cls(dirs, v2=False)
 
     @classmethod
-    def _create_v2(cls, name: str, root: Path = ROOT) -> "Cgroup":
+    def _create_v2(cls, name: str, root: Path = ROOT) -> Cgroup:
         """A cgroup with the memory and pids controllers in the v2 hierarchy at `root` (see `v2_parents`)."""
         errors = []
         for parent in v2_parents(root):

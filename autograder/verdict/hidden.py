@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from autograder import ROOT, config
-from autograder.verdict import static
 from autograder.notebooks import TESTS_SUFFIX, graded_cells, learner_cells
+from autograder.verdict import static
 
 SUITES = Path(__file__).parent / "suites"
 GRADED, FLAGGED = "graded", "needs manual grading"
@@ -80,7 +80,7 @@ class Verdict:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Verdict":
+    def from_dict(cls, d: dict) -> Verdict:
         return cls(**{**d, "checks": [Check(**c) for c in d.get("checks", [])]})
 
 
@@ -101,7 +101,7 @@ class Grading:
                 "fault": self.fault, "profile": self.profile, "structure": self.structure}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Grading":
+    def from_dict(cls, d: dict) -> Grading:
         return cls({g: Verdict.from_dict(v) for g, v in d.get("verdicts", {}).items()}, list(d.get("notes", [])),
                    d.get("fault"), profile=dict(d.get("profile", {})), structure=dict(d.get("structure", {})))
 
@@ -215,9 +215,8 @@ def limit_trusted_memory(memory: int):
 
 
 def _trusted_env(extra: dict) -> dict:
-    """The environment of a trusted suite process: this one's, with the course importable first."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, **extra, "PYTHONPATH": path, "PYTHONDONTWRITEBYTECODE": "1"}
+    """The environment of a trusted suite process: this one's (the course is installed in its Python)."""
+    return {**os.environ, **extra, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 class SuiteServer:

@@ -384,7 +384,7 @@ class Learner:
         return resp
 
     @contextlib.contextmanager
-    def course_parts(self, names: list[str], server: "Learner"):
+    def course_parts(self, names: list[str], server: Learner):
         """While active, `names` in the learner's code are the course's parts, computed by `server` (a worker
         of course code): a part is graded on its own, whatever the parts it uses do."""
         self.parts, self.parts_server = list(names), server
@@ -432,7 +432,7 @@ class Learner:
         ok = self.request(req, what=f"{name}()")["ok"]
         return ok if isinstance(ok, dict) else {}
 
-    def new(self, name: str, *args, **kwargs) -> "ModuleProxy":
+    def new(self, name: str, *args, **kwargs) -> ModuleProxy:
         resp = self.request({"op": "new", "name": name, "args": list(args), "kwargs": kwargs},
                             what=f"{name}(...)")
         handle = resp["ok"].get("handle") if isinstance(resp["ok"], dict) else None

@@ -73,8 +73,8 @@ class Shared:
 
     def get(self, assignment: str) -> dict:
         """The healthy shared workers of `assignment`, by role, started or replaced as needed."""
-        from autograder.verdict.learner import Learner
         from autograder.notebooks import learner_cells, read, source_notebook
+        from autograder.verdict.learner import Learner
 
         for role in sorted(self.used.get(assignment, ())):
             w = self.workers.get((role, assignment))

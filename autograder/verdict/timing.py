@@ -26,8 +26,8 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from autograder.verdict.learner import GraderFault, Learner, WorkerDied, on_gpu
 from autograder.sandbox.box import private_root
+from autograder.verdict.learner import GraderFault, Learner, WorkerDied, on_gpu
 
 
 def fresh_seed() -> int:

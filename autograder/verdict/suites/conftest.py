@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import pytest
 from hypothesis import HealthCheck, settings
 
-from autograder.verdict.learner import Learner
 from autograder.notebooks import learner_cells, read, reference_namespace, source_notebook
+from autograder.verdict.learner import Learner
 
 # Regrading the same submission must give the same grade: examples are derandomized.
 settings.register_profile("grading", max_examples=15, derandomize=True, deadline=None, database=None,

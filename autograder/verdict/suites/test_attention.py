@@ -14,8 +14,21 @@ from hypothesis import strategies as st
 from autograder.verdict.learner import LearnerError
 from autograder.verdict.timing import fresh_seed, peak_memory, same_outputs
 
-from .checks import (Diagnosis, check, close, fast_enough, function_targets, leaves_inputs, module_targets, on_device,
-                     randn, raises, seeded, tensor, together)
+from .checks import (
+    Diagnosis,
+    check,
+    close,
+    fast_enough,
+    function_targets,
+    leaves_inputs,
+    module_targets,
+    on_device,
+    raises,
+    randn,
+    seeded,
+    tensor,
+    together,
+)
 
 A = "attention"
 NEG = float("-inf")

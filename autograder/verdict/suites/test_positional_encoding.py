@@ -6,7 +6,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from .checks import Diagnosis, check, close, leaves_inputs, randn, raises, tensor
+from .checks import Diagnosis, check, close, leaves_inputs, raises, randn, tensor
 
 A = "positional_encoding"
 

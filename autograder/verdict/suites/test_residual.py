@@ -11,8 +11,20 @@ import torch.nn.functional as F
 
 from autograder.verdict.learner import LearnerError
 
-from .checks import (DRAWING_PRELOAD, Diagnosis, check, close, draw_structure, fast_enough, leaves_inputs, max_error, module_targets,
-                     randn, seeded, together)
+from .checks import (
+    DRAWING_PRELOAD,
+    Diagnosis,
+    check,
+    close,
+    draw_structure,
+    fast_enough,
+    leaves_inputs,
+    max_error,
+    module_targets,
+    randn,
+    seeded,
+    together,
+)
 from .test_attention import load_exact, load_state, oracle_mha, plain_mha, random_mha_state
 
 A = "residual"

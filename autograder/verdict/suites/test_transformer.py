@@ -16,12 +16,38 @@ from hypothesis import strategies as st
 from autograder import config
 from autograder.verdict.learner import LearnerError
 
-from .checks import (DRAWING_PRELOAD, Diagnosis, check, close, draw_structure, fast_enough, leaves_inputs, randn,
-                     seeded, tensor, together)
-from .test_attention import load_exact, load_state, oracle_attention, oracle_mha, plain_attention, plain_mha, random_mask
-from .test_attention import random_mha_state
-from .test_residual import (norm_baseline, oracle_block, plain_ff, random_block_state, random_ff_state,
-                            random_norm_state, torch_norm)
+from .checks import (
+    DRAWING_PRELOAD,
+    Diagnosis,
+    check,
+    close,
+    draw_structure,
+    fast_enough,
+    leaves_inputs,
+    randn,
+    seeded,
+    tensor,
+    together,
+)
+from .test_attention import (
+    load_exact,
+    load_state,
+    oracle_attention,
+    oracle_mha,
+    plain_attention,
+    plain_mha,
+    random_mask,
+    random_mha_state,
+)
+from .test_residual import (
+    norm_baseline,
+    oracle_block,
+    plain_ff,
+    random_block_state,
+    random_ff_state,
+    random_norm_state,
+    torch_norm,
+)
 
 A = "transformer"
 WORKER_PRELOAD = DRAWING_PRELOAD      # test_tiny_drawn traces the learner's model in its worker
@@ -93,8 +119,9 @@ _COURSE: list = []
 def course_parts(cell, learner):
     """TinyTransformer is graded with the course's versions of the pasted parts that are missing or wrong (and once
     with the learner's own)."""
-    from autograder.notebooks import reference_namespace
     from types import SimpleNamespace
+
+    from autograder.notebooks import reference_namespace
 
     if not _COURSE:
         _COURSE.append(SimpleNamespace(**reference_namespace(A)))
