@@ -41,7 +41,7 @@ exercises: criteria
 
 # Grade the bundled example class with the real nbgrader and print the gradebook.
 grade: install
-	$(PY) -m autograder.authoring.grade_examples $(ASSIGNMENTS)
+	$(PY) -m autograder.classroom.grade_examples $(ASSIGNMENTS)
 
 # The browser that tests/test_site.py drives: Debian's Chromium, installed when missing.
 $(CHROMIUM):

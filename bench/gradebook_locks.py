@@ -4,7 +4,7 @@
 
 Each of `--procs` processes records `--learners` learners into one fresh SQLite gradebook, with the
 same nbgrader `Gradebook` calls and commits that one `nbgrader autograde --student=...` makes
-(`Autograde.init_assignment`, `SaveAutoGrades`, then `autograder.pipeline.SaveDiagnoses`),
+(`Autograde.init_assignment`, `SaveAutoGrades`, then `autograder.pipeline.diagnoses.SaveDiagnoses`),
 all processes starting together, without the minutes of notebook execution in between: the worst
 case for lock contention.  It runs once with the URL nbgrader gets by default (Python's 5 s busy
 timeout) and once per `--timeouts` value (`sqlite:///...?timeout=N`), and prints how many learners

@@ -20,7 +20,7 @@ import nbformat
 
 from autograder.authoring import variants
 from autograder.classroom import grade  # noqa: E402
-from autograder.verdict.hidden import record  # noqa: E402
+from autograder.verdict.record import record  # noqa: E402
 
 
 def profile_once(assignment: str) -> dict:

@@ -19,7 +19,7 @@ import pytest
 
 from autograder.authoring import variants
 from autograder.classroom import classgrade, grade, report
-from autograder.verdict import hidden
+from autograder.verdict import hidden, record
 
 pytestmark = pytest.mark.xdist_group("class-scale")
 ASG = "positional_encoding"
@@ -317,10 +317,10 @@ def test_a_learner_stopped_over_time_leaves_no_sandbox_behind(tmp_path, monkeypa
 def test_the_report_counts_the_verdicts_as_recorded(tmp_path):
     """Diagnoses come from the record in the autograded notebook, whole: one holding "; " stays one."""
     a = "the scores are divided by d; divide by sqrt(d)"
-    verdict = hidden.Verdict("rope_tests", 4.0, 1.0, checks=[hidden.Check("values", 1, False, a),
-                                                             hidden.Check("shape", 1, True)])
+    verdict = record.Verdict("rope_tests", 4.0, 1.0, checks=[record.Check("values", 1, False, a),
+                                                             record.Check("shape", 1, True)])
     nb = nbformat.v4.new_notebook()
-    nb.metadata[hidden.RECORD] = {**hidden.Grading({"rope_tests": verdict}).to_dict(),
+    nb.metadata[record.RECORD] = {**record.Grading({"rope_tests": verdict}).to_dict(),
                                   "notes": ["graded without: x"], "problems": ["your file was repaired"]}
     path = tmp_path / "autograded" / "ann" / ASG / f"{ASG}.ipynb"
     path.parent.mkdir(parents=True)
@@ -335,9 +335,9 @@ def test_a_failure_is_a_grader_error_unless_nothing_was_submitted():
     """The kind comes from the grader's own lines: a quoted sandbox line that names a fault counts for nothing."""
     nothing = "[AutogradeApp | ERROR] No notebooks were matched by '/x/submitted/lost/a/*.ipynb'\n"
     fault = ("Traceback (most recent call last):\n  File \"x\", line 1\n"
-             "autograder.pipeline.GraderFault: grader fault (not the learner's): the hidden suite did not "
+             "autograder.verdict.record.GraderFault: grader fault (not the learner's): the hidden suite did not "
              "finish in time\n")
-    quoted = "[AutogradeApp | WARNING] the sandbox's stderr:\n    | autograder.pipeline.GraderFault: forged\n"
+    quoted = "[AutogradeApp | WARNING] the sandbox's stderr:\n    | autograder.verdict.record.GraderFault: forged\n"
     assert classgrade.failure_kind(nothing, stopped=False) == grade.NOT_GRADED
     assert classgrade.failure_kind(nothing + quoted, stopped=False) == grade.NOT_GRADED
     assert classgrade.failure_kind(nothing, stopped=True) == grade.GRADER_ERROR

@@ -29,64 +29,9 @@ with warnings.catch_warnings():
     from autograder.verdict.suites import checks, test_attention
     from autograder.verdict.suites import test_transformer as tt
 
-# The known mistakes each visible check must catch: variant -> (visible-check cell, text of the check's message).
-VISIBLE = {
-    "positional_encoding": {
-        "sin_cos_swapped": ("sinusoidal_encoding_checks", "sines in the even columns"),
-        "halves_concatenated": ("sinusoidal_encoding_checks", "sines in the even columns"),
-        "frequency_index_i": ("sinusoidal_encoding_checks", "with the column index 2i"),
-        "no_value_error": ("sinusoidal_encoding_checks", "an odd d_model must raise ValueError"),
-        "rope_halves": ("rope_checks", "two neighbouring columns (2i, 2i+1)"),
-        "rope_backwards": ("rope_checks", "counter-clockwise"),
-        "rope_in_place": ("rope_checks", "modified x in place"),
-        "alibi_slope_from_one": ("alibi_bias_checks", "head 0 of 4 has slope"),
-        "alibi_naive_slopes": ("alibi_bias_checks", "then every other slope of 8 heads"),
-        "alibi_signed_distance": ("alibi_bias_checks", "is a penalty"),
-    },
-    "attention": {
-        "sdpa_nan_rows": ("scaled_dot_product_attention_checks", "-inf - (-inf) = NaN"),
-        "sdpa_no_max_subtracted": ("scaled_dot_product_attention_checks", "overflow exp"),
-        "sdpa_mask_inverted": ("scaled_dot_product_attention_checks", "masked keys (False) get weight 0"),
-        "causal_no_diagonal": ("causal_mask_checks", "True where key j <= query i"),
-        "mha_heads_mixed": ("MultiHeadAttention_checks", "torch.nn.MultiheadAttention"),
-        "mha_scaled_by_d_model": ("MultiHeadAttention_checks", "torch.nn.MultiheadAttention"),
-        "mha_mask_not_broadcast_over_heads": ("MultiHeadAttention_checks", "a padding mask of shape (B, 1, Lq, Lk)"),
-        "blockwise_no_rescale": ("blockwise_attention_checks", "equals softmax attention"),
-        "blockwise_causal_bottom_right": ("blockwise_attention_checks", "not aligned at the end"),
-    },
-    "residual": {
-        "ln_unbiased_variance": ("LayerNorm_checks", "not d_model - 1"),
-        "ln_eps_outside_sqrt": ("LayerNorm_checks", "eps goes inside the square root"),
-        "ff_no_relu": ("FeedForward_checks", "the ReLU goes between linear1 and linear2"),
-        "block_placement_swapped": ("TransformerBlock_checks", "Pre-LN: when the sublayers add 0"),
-        "block_no_attention_residual": ("TransformerBlock_checks", "Pre-LN: when the sublayers add 0"),
-        "block_in_place": ("TransformerBlock_checks", "modified x in place"),
-        "block_mask_ignored": ("TransformerBlock_checks", "pass mask to self.attn"),
-    },
-    "transformer": {
-        "no_positions": ("TinyTransformer_checks", "positions are added"),
-        "no_causal_mask": ("TinyTransformer_checks", "causal"),
-        "mask_first_block_only": ("TinyTransformer_checks", "causal"),
-        "shared_block": ("TinyTransformer_checks", "not one block used twice"),
-        "embeddings_scaled": (criteria.TRAINING_CELL, "cannot tell positions apart"),
-        "logits_transposed": ("TinyTransformer_checks", "(B, T, vocab_size)"),
-    },
-}
-# The known mistakes no visible check can see, and why: only the hidden tests catch them.
-HIDDEN_ONLY = {
-    "attention": {
-        "blockwise_library": "right values: the grader sees the library call",
-        "sdpa_query_loop": "right values: the grader measures speed",
-        "blockwise_full_matrix": "right values: the grader measures memory",
-        "blockwise_full_matrix_unseen": "right values: the grader measures memory (on a GPU, from the driver)",
-        "blockwise_skips_long_inputs": "wrong only at lengths far beyond a visible check",
-    },
-    "residual": {"block_library_norms": "right values: the grader sees the library call"},
-    "transformer": {"library_blocks": "right values: the grader sees the library call",
-                    "pasted_layernorm_unbiased": "a pasted part: its own exercise's visible checks catch it",
-                    "pasted_attention_unscaled": "a pasted part: its own exercise's visible checks catch it",
-                    "pasted_block_missing": "a pasted part left out: the cell that needs it raises NameError"},
-}
+def placed(asg) -> tuple[dict, dict]:
+    """(VISIBLE, HIDDEN_ONLY) of an exercise's known answers (examples/variants/<asg>.py)."""
+    return variants.placed(asg)
 
 
 def bugs(asg):
@@ -158,13 +103,14 @@ def test_criteria_quote_the_suites_numbers():
 @pytest.mark.parametrize("asg", ASSIGNMENTS)
 def test_every_known_mistake_is_placed(asg):
     """Each known mistake is either caught by a visible check or listed as visible to the hidden tests only."""
-    visible, hidden = set(VISIBLE.get(asg, {})), set(HIDDEN_ONLY.get(asg, {}))
+    visible_table, hidden_table = placed(asg)
+    visible, hidden = set(visible_table), set(hidden_table)
     assert not visible & hidden
     assert visible | hidden == set(bugs(asg)), (
         f"{asg}: say in VISIBLE which visible check catches {sorted(set(bugs(asg)) - visible - hidden)}, or in "
         "HIDDEN_ONLY why none can")
     checks = set(visible_checks(asg))
-    assert {cell for cell, _ in VISIBLE.get(asg, {}).values()} <= checks
+    assert {cell for cell, _ in visible_table.values()} <= checks
 
 
 @pytest.mark.parametrize("asg,answer", [(asg, "reference") for asg in ASSIGNMENTS] + [
@@ -177,9 +123,9 @@ def test_visible_checks_pass_for_correct_answers(asg, answer):
     assert not failed, f"{asg}, {answer}: {failed}"
 
 
-@pytest.mark.parametrize("asg,bug", [(asg, name) for asg in VISIBLE for name in VISIBLE[asg]])
+@pytest.mark.parametrize("asg,bug", [(asg, name) for asg in ASSIGNMENTS for name in placed(asg)[0]])
 def test_visible_checks_catch_known_mistakes(asg, bug):
-    cell, message = VISIBLE[asg][bug]
+    cell, message = placed(asg)[0][bug]
     error = run_visible(asg, bugs(asg)[bug].cells, until=cell)[cell]
     assert isinstance(error, AssertionError), f"{asg}, {bug}: {cell} gave {error!r}, not a failed check"
     assert message in str(error), f"{asg}, {bug}: {cell} failed with {str(error)!r}, expected {message!r}"

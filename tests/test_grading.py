@@ -11,8 +11,8 @@ import pytest
 from helpers import ROOT, leaks, suite_lines
 
 from autograder.authoring import release, variants
-from autograder.authoring.grade_examples import roster
 from autograder.classroom import grade
+from autograder.classroom.grade_examples import roster
 from autograder.verdict import hidden
 
 ASG = "positional_encoding"
@@ -24,7 +24,7 @@ POINTS = {"sinusoidal_encoding_tests": 4.0, "rope_tests": 4.0, "alibi_bias_tests
 def graded_class(tmp_path_factory):
     """`make grade`'s own step, for the example class's assignment and for one nobody in it submits."""
     d = tmp_path_factory.mktemp("grading") / "fresh"
-    r = subprocess.run([sys.executable, "-m", "autograder.authoring.grade_examples", ASG, "attention", "--grading-dir", str(d)],
+    r = subprocess.run([sys.executable, "-m", "autograder.classroom.grade_examples", ASG, "attention", "--grading-dir", str(d)],
                        cwd=ROOT, capture_output=True, text=True)
     return d, r, r
 

@@ -321,7 +321,7 @@ UNTRACEABLE_BLOCK = '''class TransformerBlock(nn.Module):
 def test_the_feedback_names_and_draws_a_learners_structure():
     """Graded through the hidden suite: the learner's block traced in its worker, compared and drawn by the trusted
     side, as an output of the graded cell; a block that cannot be traced gets a note and loses nothing for it."""
-    from autograder.pipeline import structure_output
+    from autograder.pipeline.score import structure_output
     from autograder.verdict import hidden
 
     swapped = {v.name: v for v in variants.load("residual")}["block_placement_swapped"]

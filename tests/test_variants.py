@@ -6,7 +6,7 @@ from helpers import ASSIGNMENTS, all_variants
 
 from autograder.authoring import variants
 from autograder.notebooks import graded_cells, reference_namespace
-from autograder.verdict import hidden
+from autograder.verdict import hidden, record
 
 
 def _grade(asg, cells=None, answered=True):
@@ -35,7 +35,7 @@ def test_variant(asg, variant):
     if isinstance(variant, variants.Correct):
         for gid, v in verdicts.items():
             assert v.score == v.points, f"correct answer '{variant.name}' lost points in {gid}: {v.failed}"
-            assert v.status == hidden.GRADED, f"correct answer '{variant.name}' flagged in {gid}: {v.notes}"
+            assert v.status == record.GRADED, f"correct answer '{variant.name}' flagged in {gid}: {v.notes}"
         return
     for gid, v in verdicts.items():
         if gid in variant.fails:

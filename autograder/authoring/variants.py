@@ -43,12 +43,23 @@ class Bug:
     together: dict[str, str] = field(default_factory=dict)
 
 
-def load(assignment: str) -> list:
+def _module(assignment: str):
     path = VARIANTS_DIR / f"{assignment}.py"
     spec = importlib.util.spec_from_file_location(f"variants_{assignment}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return list(mod.VARIANTS)
+    return mod
+
+
+def load(assignment: str) -> list:
+    return list(_module(assignment).VARIANTS)
+
+
+def placed(assignment: str) -> tuple[dict, dict]:
+    """Where each known mistake is caught: VISIBLE, variant -> (the visible-check cell, text of its message), and
+    HIDDEN_ONLY, variant -> why no visible check can see it."""
+    mod = _module(assignment)
+    return dict(getattr(mod, "VISIBLE", {})), dict(getattr(mod, "HIDDEN_ONLY", {}))
 
 
 def reference_sources(assignment: str) -> dict[str, str]:

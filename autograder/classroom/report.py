@@ -14,7 +14,7 @@ Read from the gradebook (GRADEBOOK_URL, else the grading folder's SQLite file) a
 - `report.html`    one self-contained page with the three (the image inlined, no other file or host).
 
 The diagnoses come from the grading record that each autograded notebook holds (the verdicts, as
-data: `autograder.verdict.hidden.Grading`), never from re-reading the text of a comment; so do the grading
+data: `autograder.verdict.record.Grading`), never from re-reading the text of a comment; so do the grading
 notes (protections or measurements a grading lacked), listed with the learners they concern.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ import nbformat
 from autograder import ROOT
 from autograder.classroom import grade
 from autograder.notebooks import is_graded_test, nbgrader_meta
-from autograder.verdict.hidden import Grading, record
+from autograder.verdict.record import Grading, record
 
 
 def learner_record(grading_dir: Path, assignment: str, learner: str) -> dict:

@@ -24,6 +24,7 @@ import time
 from autograder import config
 from autograder.inside.protocol import ProtocolError, read_message, write_message
 from autograder.sandbox.box import Limits, Sandbox, SandboxUnavailable, kill_tree
+from autograder.verdict.record import GraderFault
 
 # What this process could not measure from outside, or which protections its sandboxes lacked:
 # reported with the verdict, so the feedback, the log and the class report can say so.
@@ -39,11 +40,6 @@ def on_gpu() -> bool:
 
 class WorkerDied(Exception):
     """The learner's process ended or hung; the message says why, for the learner."""
-
-
-class GraderFault(Exception):
-    """The grader could not do its part (no sandbox, a worker that failed before learner code ran, an
-    impossible measurement): the grading fails visibly instead of scoring the learner."""
 
 
 class LearnerError(Exception):

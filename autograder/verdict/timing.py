@@ -27,7 +27,8 @@ import time
 from dataclasses import dataclass, field
 
 from autograder.sandbox.box import private_root
-from autograder.verdict.learner import GraderFault, Learner, WorkerDied, on_gpu
+from autograder.verdict.learner import Learner, WorkerDied, on_gpu
+from autograder.verdict.record import GraderFault
 
 
 def fresh_seed() -> int:

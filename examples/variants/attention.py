@@ -241,3 +241,24 @@ VARIANTS = [
         "a loop over heads that gives each head the (B, 1, Lq, Lk) padding mask as it is: against one head's "
         "(B, Lq, Lk) scores it broadcasts to (B, B, Lq, Lk)"),
 ]
+
+# The known mistakes each visible check catches: variant -> (visible-check cell, text of its message).
+VISIBLE = {
+    "sdpa_nan_rows": ("scaled_dot_product_attention_checks", "-inf - (-inf) = NaN"),
+    "sdpa_no_max_subtracted": ("scaled_dot_product_attention_checks", "overflow exp"),
+    "sdpa_mask_inverted": ("scaled_dot_product_attention_checks", "masked keys (False) get weight 0"),
+    "causal_no_diagonal": ("causal_mask_checks", "True where key j <= query i"),
+    "mha_heads_mixed": ("MultiHeadAttention_checks", "torch.nn.MultiheadAttention"),
+    "mha_scaled_by_d_model": ("MultiHeadAttention_checks", "torch.nn.MultiheadAttention"),
+    "mha_mask_not_broadcast_over_heads": ("MultiHeadAttention_checks", "a padding mask of shape (B, 1, Lq, Lk)"),
+    "blockwise_no_rescale": ("blockwise_attention_checks", "equals softmax attention"),
+    "blockwise_causal_bottom_right": ("blockwise_attention_checks", "not aligned at the end"),
+}
+# The known mistakes no visible check can see, and why: only the hidden tests catch them.
+HIDDEN_ONLY = {
+    "blockwise_library": "right values: the grader sees the library call",
+    "sdpa_query_loop": "right values: the grader measures speed",
+    "blockwise_full_matrix": "right values: the grader measures memory",
+    "blockwise_full_matrix_unseen": "right values: the grader measures memory (on a GPU, from the driver)",
+    "blockwise_skips_long_inputs": "wrong only at lengths far beyond a visible check",
+}

@@ -105,3 +105,19 @@ VARIANTS = [
     Bug("alibi_signed_distance", {"alibi_bias": ALIBI_LOOP.replace(".abs().float()", ".float()")},
         {"alibi_bias_tests": "penalty"}),
 ]
+
+# The known mistakes each visible check catches: variant -> (visible-check cell, text of its message).
+VISIBLE = {
+    "sin_cos_swapped": ("sinusoidal_encoding_checks", "sines in the even columns"),
+    "halves_concatenated": ("sinusoidal_encoding_checks", "sines in the even columns"),
+    "frequency_index_i": ("sinusoidal_encoding_checks", "with the column index 2i"),
+    "no_value_error": ("sinusoidal_encoding_checks", "an odd d_model must raise ValueError"),
+    "rope_halves": ("rope_checks", "two neighbouring columns (2i, 2i+1)"),
+    "rope_backwards": ("rope_checks", "counter-clockwise"),
+    "rope_in_place": ("rope_checks", "modified x in place"),
+    "alibi_slope_from_one": ("alibi_bias_checks", "head 0 of 4 has slope"),
+    "alibi_naive_slopes": ("alibi_bias_checks", "then every other slope of 8 heads"),
+    "alibi_signed_distance": ("alibi_bias_checks", "is a penalty"),
+}
+# The known mistakes no visible check can see, and why: only the hidden tests catch them.
+HIDDEN_ONLY: dict[str, str] = {}

@@ -129,3 +129,18 @@ VARIANTS = [
         "self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)")},
         {"TransformerBlock_tests": "library version"}, "torch.nn.LayerNorm instead of the learner's own"),
 ]
+
+# The known mistakes each visible check catches: variant -> (visible-check cell, text of its message).
+VISIBLE = {
+    "ln_unbiased_variance": ("LayerNorm_checks", "not d_model - 1"),
+    "ln_eps_outside_sqrt": ("LayerNorm_checks", "eps goes inside the square root"),
+    "ff_no_relu": ("FeedForward_checks", "the ReLU goes between linear1 and linear2"),
+    "block_placement_swapped": ("TransformerBlock_checks", "Pre-LN: when the sublayers add 0"),
+    "block_no_attention_residual": ("TransformerBlock_checks", "Pre-LN: when the sublayers add 0"),
+    "block_in_place": ("TransformerBlock_checks", "modified x in place"),
+    "block_mask_ignored": ("TransformerBlock_checks", "pass mask to self.attn"),
+}
+# The known mistakes no visible check can see, and why: only the hidden tests catch them.
+HIDDEN_ONLY = {
+    "block_library_norms": "right values: the grader sees the library call",
+}

@@ -116,3 +116,20 @@ VARIANTS = [
 '''}, {"TinyTransformer_tests": "library version"}, "torch.nn.TransformerEncoderLayer as the blocks"),
     *PASTED_BUGS,
 ]
+
+# The known mistakes each visible check catches: variant -> (visible-check cell, text of its message).
+VISIBLE = {
+    "no_positions": ("TinyTransformer_checks", "positions are added"),
+    "no_causal_mask": ("TinyTransformer_checks", "causal"),
+    "mask_first_block_only": ("TinyTransformer_checks", "causal"),
+    "shared_block": ("TinyTransformer_checks", "not one block used twice"),
+    "embeddings_scaled": ("TinyTransformer_training", "cannot tell positions apart"),
+    "logits_transposed": ("TinyTransformer_checks", "(B, T, vocab_size)"),
+}
+# The known mistakes no visible check can see, and why: only the hidden tests catch them.
+HIDDEN_ONLY = {
+    "library_blocks": "right values: the grader sees the library call",
+    "pasted_layernorm_unbiased": "a pasted part: its own exercise's visible checks catch it",
+    "pasted_attention_unscaled": "a pasted part: its own exercise's visible checks catch it",
+    "pasted_block_missing": "a pasted part left out: the cell that needs it raises NameError",
+}

@@ -1,0 +1,25 @@
+"""What the pipeline's preprocessors share: the keys they pass one another in nbgrader's resources, the settings
+of a preprocessor (`c.Grader`), and how a note or a sandbox's stderr is shown."""
+from __future__ import annotations
+
+import nbformat
+
+from autograder import config
+
+DEADLINE = "grader_deadline"   # resources: when this learner's grading budget ends (time.time())
+LAST = "grader_last"           # resources: no learner follows this one in this nbgrader run
+UNFINISHED = "grader_unfinished"   # resources: the cells the notebook's run stopped at the cell limit
+
+
+def note(text: str):
+    """A stream output holding the grader's text."""
+    return nbformat.v4.new_output("stream", name="stdout", text=text)
+
+
+def settings_of(pre) -> config.Settings:
+    return config.Grader(parent=pre).settings()
+
+
+def quoted(text: str) -> str:
+    """A sandbox's stderr for the log, each line marked, so none of it reads as a line of the grader's own."""
+    return "\n".join(f"    | {line}" for line in text.strip().splitlines()[-80:]) or "    | (nothing)"

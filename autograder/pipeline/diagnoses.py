@@ -1,0 +1,43 @@
+"""`SaveDiagnoses`: each verdict as the gradebook comment of the solution cell it scores; flagged cells marked as
+needing manual grading."""
+from __future__ import annotations
+
+from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from autograder.notebooks import TESTS_SUFFIX, nbgrader_meta
+from autograder.verdict.record import FLAGGED, Grading, record
+
+
+class SaveDiagnoses(NbGraderPreprocessor):
+    """Write each verdict as the gradebook comment of the solution cell it scores; flag cells for manual grading."""
+
+    def preprocess(self, nb, resources):
+        rec = record(nb)
+        grading = Grading.from_dict(rec)
+        ids = resources["nbgrader"]
+        problems = "; ".join(rec.get("problems", []))
+        solution_ids = {nbgrader_meta(c).get("grade_id") for c in nb.cells if nbgrader_meta(c).get("solution")}
+        with Gradebook(ids["db_url"]) as gb:
+            for gid, v in grading.verdicts.items():
+                if v.status == FLAGGED:
+                    try:
+                        grade = gb.find_grade(gid, ids["notebook"], ids["assignment"], ids["student"])
+                        grade.needs_manual_grade = True
+                    except MissingEntry:
+                        pass
+                name = gid.removesuffix(TESTS_SUFFIX)
+                if name not in solution_ids:
+                    continue
+                comment = gb.find_comment(name, ids["notebook"], ids["assignment"], ids["student"])
+                if comment.auto_comment == "No response." and not problems:
+                    continue
+                comment.auto_comment = as_text(f"{problems}. {v.comment()}" if problems else v.comment())
+            gb.db.commit()
+        return nb, resources
+
+
+def as_text(comment: str) -> str:
+    """A comment that the feedback renders as markdown (nbgrader's template) shows as the text it is: what a
+    diagnosis quotes of the learner's code or messages makes no HTML and no link."""
+    return comment.translate({ord(ch): f"&#{ord(ch)};" for ch in "&<>[]"})

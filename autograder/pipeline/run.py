@@ -1,0 +1,191 @@
+"""`SandboxedExecute`, in place of nbgrader's `Execute`: the notebook runs in the sandbox (kernel and client both),
+only to record its outputs for the feedback; what comes back is capped, validated and sanitized again here. The next
+learner's kernel is made ready in a sandbox of its own while this one is graded."""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import re
+import time
+
+import nbformat
+from nbgrader.preprocessors import NbGraderPreprocessor
+
+from autograder import config
+from autograder.inside import execute
+from autograder.notebooks import cell_id
+from autograder.pipeline.common import DEADLINE, LAST, UNFINISHED, note, quoted, settings_of
+from autograder.pipeline.sanitize import sanitize
+from autograder.sandbox.box import Limits, Sandbox, SandboxUnavailable
+from autograder.verdict import hidden
+from autograder.verdict.record import RECORD, GraderFault, record
+
+
+class _Kernels:
+    """The next learner's notebook kernel, made ready in its own sandbox (torch imported, waiting for a notebook)
+    while this one's is graded: each learner gets a fresh one, never used before."""
+
+    def __init__(self):
+        self.ready = None                     # (settings, wall, Sandbox, Popen)
+        atexit.register(self.discard)
+
+    @staticmethod
+    def _start(s: config.Settings, wall: float):
+        try:
+            sb = Sandbox(Limits.of(s, wall_s=wall))
+        except (SandboxUnavailable, OSError) as e:
+            raise GraderFault(f"the sandbox could not be set up: {e}") from None
+        return sb, sb.start([sb.inside(sb.files / "execute.py"), str(s.cell_timeout), str(s.max_cell_output_chars),
+                             str(s.max_cell_output_bytes), str(s.max_outputs_per_cell)], preload=execute.PRELOAD)
+
+    def take(self, s: config.Settings, wall: float):
+        ready, self.ready = self.ready, None
+        if ready is not None and ready[:2] == (s, wall) and ready[3].poll() is None:
+            return ready[2], ready[3]
+        if ready is not None:
+            ready[2].close()
+        return self._start(s, wall)
+
+    def prepare(self, s: config.Settings, wall: float):
+        self.discard()
+        with contextlib.suppress(GraderFault):
+            self.ready = (s, wall, *self._start(s, wall))
+
+    def discard(self):
+        if self.ready is not None:
+            self.ready[2].close()
+            self.ready = None
+
+
+_kernels = _Kernels()
+
+
+def last_learner(pre, resources) -> bool:
+    """Whether nbgrader grades no submission after this one in this run: the converter (the preprocessor's
+    exporter's parent) grades the submission folders it found in sorted order. False when that cannot be read."""
+    converter = getattr(getattr(pre, "parent", None), "parent", None)
+    try:
+        folders = sorted(converter.assignments)
+        cd = converter.coursedir
+        pattern = cd.format_path(cd.submitted_directory, "(?P<student_id>.*)", "(?P<assignment_id>.*)", escape=True)
+        ids = [m.groupdict() if m else None for m in (re.match(pattern, f) for f in folders)]
+        ours = {"assignment_id": resources["nbgrader"]["assignment"], "student_id": resources["nbgrader"]["student"]}
+        return bool(ids) and ids[-1] == ours
+    except (AttributeError, KeyError, TypeError, re.error):
+        return False
+
+
+class SandboxedExecute(NbGraderPreprocessor):
+    """Execute the notebook inside the sandbox and keep only the outputs it produced, capped and sanitized."""
+
+    def preprocess(self, nb, resources):
+        s = settings_of(self)
+        started = time.time()
+        resources[DEADLINE] = started + s.learner_budget
+        resources[LAST] = last_learner(self, resources)
+        if resources[LAST]:
+            self.log.info("%s is the last submission of this run: no kernel or suite process is made ready after it",
+                          resources["nbgrader"].get("student"))
+        wall = min(s.notebook_timeout, s.learner_budget)
+        hidden.prepare(resources["nbgrader"]["assignment"], s)
+        sb, proc = _kernels.take(s, wall)
+        with sb:
+            missing = sb.missing()
+            if missing:
+                self.log.warning("sandbox: this grading lacks %s", "; ".join(missing))
+            run = sb.finish(proc, s.max_notebook_bytes, nbformat.writes(nb).encode(),
+                            last=json.dumps(execute.DONE).encode() + b"\n")
+        if not resources[LAST]:
+            _kernels.prepare(s, wall)           # the next learner's kernel, while this one is graded
+        lines = run.stdout.splitlines()
+        if not lines or _json(lines[0]) != {"ready": True}:
+            # Nothing of the learner's had run: the sandbox or its kernel could not start.
+            self.log.error("the sandbox's notebook run ended before its kernel was ready (%s); its stderr:\n%s",
+                           _ended(run, wall), quoted(run.stderr))
+            raise GraderFault(f"the notebook's kernel did not start in the sandbox ({_ended(run, wall)}); "
+                              "the sandbox's stderr is in the log")
+        ran = self._apply(nb, lines[1:], s)
+        resources[UNFINISHED] = unfinished(nb, s)
+        problem = None
+        if run.timed_out:
+            problem = f"your notebook did not finish running within {wall:g} s"
+        elif run.over_limit:
+            problem = f"your notebook's outputs passed {s.max_notebook_bytes >> 20} MiB; the rest were not kept"
+        elif ran < sum(c.cell_type == "code" for c in nb.cells):
+            problem = "your notebook could not be run to the end (it ended the Python process or used too much memory)"
+        if problem:
+            self.log.warning("%s (%s); the sandbox's stderr:\n%s", problem, _ended(run, wall), quoted(run.stderr))
+            first_code = next((c for c in nb.cells if c.cell_type == "code"), None)
+            if first_code is not None:
+                first_code.outputs.insert(0, note(f"[grader] {problem}; the outputs below are those recorded before.\n"))
+        nb.metadata[RECORD] = {**record(nb), "protections": {name: ok for name, ok in sb.protections.items()},
+                               "execute_s": round(time.time() - started, 3)}
+        sanitize(nb)
+        return nb, resources
+
+    def _apply(self, nb, lines: list[bytes], s: config.Settings) -> int:
+        """Put the outputs of each line the sandbox wrote into its code cell, checked and capped again here; the
+        number of code cells that reported.  Only the first line for each code cell counts, and a line longer
+        than a cell's outputs may be is not parsed."""
+        from autograder.inside.execute import cap_outputs
+
+        code = {i for i, c in enumerate(nb.cells) if c.cell_type == "code"}
+        done: set[int] = set()
+        longest = s.max_cell_output_bytes + s.max_cell_output_chars + (64 << 10)
+        for line in lines:
+            if done == code:
+                break
+            msg = _json(line) if len(line) <= longest else None
+            try:
+                index, raw = int(msg["index"]), msg["outputs"]
+                if index not in code or index in done or not isinstance(raw, list):
+                    continue
+                outputs = [nbformat.from_dict(o) for o in raw[:s.max_outputs_per_cell]]
+                probe = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(outputs=outputs)])
+                nbformat.validate(probe)
+                outputs = [_joined(o) for o in outputs]
+            except Exception:  # noqa: BLE001 - whatever the sandbox wrote, it is only untrusted data
+                continue
+            nb.cells[index].outputs = cap_outputs(outputs, s.max_cell_output_chars, s.max_cell_output_bytes,
+                                                  s.max_outputs_per_cell, total=len(raw))
+            done.add(index)
+        return len(done)
+
+
+def unfinished(nb, s: config.Settings) -> list[str]:
+    """The code cells (by `cell_id`) that the notebook's run stopped at the cell limit: the hidden suite's worker does
+    not run them again, and the names they define fail as a cell that could not be loaded. Only the sandbox says a
+    cell was stopped, and so can a cell of the learner's raising the same error: believing it can only cost the
+    learner what that cell defines, and it saves the cell limit's time (60 s by default) a second time."""
+    from autograder.inside.execute import UNFINISHED as STOPPED
+
+    said = STOPPED.format(int(s.cell_timeout))
+    return [cell_id(cell, i) for i, cell in enumerate(nb.cells) if cell.cell_type == "code" and any(
+        o.get("output_type") == "error" and o.get("ename") == "TimeoutError" and o.get("evalue") == said
+        for o in cell.outputs)]
+
+
+def _joined(out):
+    """An output whose texts are strings: nbformat also allows lists of lines, which the sanitizer cannot read."""
+    if isinstance(out.get("text"), list):
+        out["text"] = "".join(out["text"])
+    for key, value in out.get("data", {}).items():
+        if isinstance(value, list) and not key.endswith("json"):
+            out["data"][key] = "".join(value)
+    return out
+
+
+def _json(line: bytes):
+    try:
+        return json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _ended(run, wall: float) -> str:
+    if run.timed_out:
+        return f"stopped after {wall:g} s"
+    if run.returncode is None:
+        return "killed"
+    return f"killed by signal {-run.returncode}" if run.returncode < 0 else f"exit code {run.returncode}"

@@ -1,0 +1,38 @@
+"""A new exercise added as a maintainer would add one: the scaffold writes its skeletons into a copy of the course,
+`make exercises`' two steps release it, and the course's own tests of an exercise pass for it (its conventions, its
+release, its reference and its known answers graded by the real suite)."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT
+
+pytestmark = pytest.mark.xdist_group("scaffold")
+SKIP = shutil.ignore_patterns(".git", ".venv*", "_build", "node_modules", "__pycache__", ".hypothesis", ".pytest_cache",
+                              "*.egg-info", ".whl")
+
+
+def test_a_new_exercise_from_the_scaffold_passes_the_course_s_tests(tmp_path):
+    course = tmp_path / "course"
+    shutil.copytree(ROOT, course, ignore=SKIP)
+    env = {**os.environ, "PYTHONPATH": str(course)}      # the copy's autograder, not the installed one
+
+    def run(*args):
+        r = subprocess.run([sys.executable, *args], cwd=course, env=env, capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, f"{' '.join(args)}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+        return r.stdout
+
+    wrote = run("-m", "autograder.authoring.new", "demo", "Demo chapter")
+    assert sorted(line.removeprefix("wrote ") for line in wrote.splitlines() if line.startswith("wrote ")) == [
+        "_toc.yml", "autograder/verdict/suites/test_demo.py", "book/demo.md", "examples/variants/demo.py",
+        "solutions/demo/demo.ipynb"]
+    run("-m", "autograder.authoring.criteria", "demo")
+    run("-m", "autograder.authoring.release", "demo")
+    assert (course / "exercises" / "demo" / "demo.ipynb").exists()
+    out = run("-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "demo", "tests/test_release.py",
+              "tests/test_exercises.py", "tests/test_variants.py")
+    assert "failed" not in out and " passed" in out, out[-2000:]
+    with pytest.raises(AssertionError, match="exists already"):
+        run("-m", "autograder.authoring.new", "demo")
