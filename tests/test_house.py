@@ -67,3 +67,10 @@ def test_every_folder_of_the_flow_exists_and_says_what_it_is():
         assert face.exists(), name
         doc = ast.get_docstring(ast.parse(face.read_text()))
         assert doc and len(doc.splitlines()) <= 6, f"autograder/{name}: a docstring of a few lines says what it holds"
+
+
+def test_module_docstrings_say_what_a_module_is_in_a_few_lines():
+    """Manuals live in the README and docs/, not at the top of a module."""
+    for path in PACKAGE.rglob("*.py"):
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert len(doc.splitlines()) <= 20, f"{path.relative_to(ROOT)}: a docstring of {len(doc.splitlines())} lines"

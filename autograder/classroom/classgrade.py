@@ -1,89 +1,12 @@
-"""Grade a whole class in parallel: real `nbgrader autograde` runs, each for a group of learners, as Dask tasks.
+"""Grade a whole class in parallel: real `nbgrader autograde` runs, each for a group of learners, as tasks on Dask
+distributed (a local cluster, or an existing one with `--scheduler`), then feedback and the class report.
 
     python -m autograder.classroom.classgrade ASSIGNMENT [--scheduler ADDRESS] [--workers N] [--grading-dir DIR]
-                                    [--learners A,B,...] [--timeout S] [--retries N] [--group N]
-                                    [--no-feedback] [--no-report] [--no-progress]
+                                              [--learners A,B,...] [--timeout S] [--retries N] [--group N]
+                                              [--no-feedback] [--no-report] [--no-progress]
 
-The learners who submitted the assignment (a folder `<grading-dir>/submitted/<learner>/<assignment>/`)
-are split into groups (by default two per worker, for balance), and each group becomes one task on Dask
-distributed.  The task runs nbgrader's own command for that group only, `nbgrader autograde ASSIGNMENT
---force` with every other learner excluded (through `autograder.classroom.grade.autograde`), as a subprocess of the
-Dask worker, so the sandboxed execution and the hidden suites run exactly as in a serial `nbgrader
-autograde`, and the group shares one warm suite process and kernels made ready ahead; the task returns
-only a small record per learner (exit code, seconds, reason of a failure).  A learner whose grading met
-a gradebook lock or did not end is graded again alone.  Then `nbgrader generate_feedback` runs for the graded learners, split into
-one task per worker, and the class report (`autograder.classroom.report`) is written into
-`<grading-dir>/report/<assignment>/`.  A progress bar with the estimated time left runs on stderr;
-a summary (graded, failed with reasons, wall time, mean time per learner) ends on stdout.
-
-The grading folder and the gradebook must exist: `nbgrader generate_assignment` (or
-`autograder.classroom.grade.prepare`) records the assignment in the gradebook first.
-
-Where it runs
--------------
-Without `--scheduler`, an embedded `LocalCluster`: one worker process per core (`--workers N` to
-change), one thread each, so one learner per core at a time; the nbgrader process and its sandboxes
-inherit the Dask worker's one-thread settings for OpenMP/MKL/OpenBLAS.
-
-With `--scheduler tcp://HOST:8786`, the tasks go to an existing Dask cluster (`--workers N` then
-waits until N workers have joined).  Every worker must see the course at the same path as this
-machine (the repository root, with its `.venv`), and the grading folder at the same path: a shared
-filesystem.  The workers run the course's Python (`.venv/bin/python`, which finds `nbgrader` beside
-itself and the course installed in it); the scheduler needs nothing of
-the course).  For a
-cluster, use a PostgreSQL gradebook (below): SQLite's locking over a network filesystem is not
-reliable.  On Slurm GPU nodes with dask-jobqueue (`pip install dask-jobqueue` where the scheduler runs):
-
-    from dask_jobqueue import SLURMCluster
-    cluster = SLURMCluster(
-        queue="gpu", cores=8, processes=8, memory="64GB", walltime="02:00:00",
-        job_extra_directives=["--gres=gpu:1"],
-        python="/shared/course/.venv/bin/python",
-        job_script_prologue=["cd /shared/course",
-                             "export GRADEBOOK_URL=postgresql+psycopg2://grader@dbhost/gradebook"],
-    )
-    cluster.scale(jobs=4)                    # 4 nodes x 8 workers, one learner per core
-    print(cluster.scheduler_address)         # keep this Python process running
-
-and, from the course root on a machine that sees the same files:
-
-    GRADEBOOK_URL=postgresql+psycopg2://grader@dbhost/gradebook \\
-    GRADING_DIR=/shared/course/_build/grading \\
-        .venv/bin/python -m autograder.classroom.classgrade positional_encoding --scheduler tcp://HOST:PORT --workers 32
-
-Without dask-jobqueue the same cluster is a `dask scheduler` on a login node and an `sbatch` job per
-node running `.venv/bin/dask worker tcp://HOST:8786 --nworkers 8 --nthreads 1` from `/shared/course`.
-
-The gradebook
--------------
-SQLite (`<grading-dir>/gradebook.db`) by default; any database nbgrader's `db_url` accepts through
-the `GRADEBOOK_URL` environment variable, e.g. PostgreSQL:
-`postgresql+psycopg2://USER:PASSWORD@HOST:PORT/DATABASE` (the `psycopg2-binary` driver is installed).
-Each task passes the same URL to its nbgrader process.
-
-Concurrent writers to one SQLite file: nbgrader's transactions are short (a learner's submission rows,
-then one commit per graded cell), but a writer that finds the file locked waits only for Python's
-default busy timeout of 5 s and then fails the whole autograde with `sqlite3.OperationalError:
-database is locked`.  `bench/gradebook_locks.py` reproduces this with a few dozen processes writing
-autograde-shaped transactions at once.  So for SQLite the URL gets a busy timeout,
-`sqlite:///.../gradebook.db?timeout=60` (SQLAlchemy passes it to `sqlite3.connect`), which makes a
-writer wait for the lock instead of failing; and, as a second line, a learner whose autograde still
-failed with a lock error (SQLite's, or a PostgreSQL deadlock or serialization failure) is graded again,
-up to `--retries` times with a randomised back-off: `nbgrader autograde --force` for one learner is
-idempotent.  PostgreSQL locks rows, not the file, and needs neither.
-
-Failures
---------
-A learner whose autograde fails (non-zero exit, or still running after `--timeout` seconds, when
-its whole process tree is killed) is reported with the exit code and the last error lines of its
-log, `<grading-dir>/logs/<assignment>/<learner>.log`; the other learners are graded all the same.
-Failures come in two kinds, listed apart: a grader error (the grader could not grade: a fault it
-named, `GraderFault`, a run past the time limit, or any failure the learner's submission does not
-explain), which the instructor fixes before grading that learner again, and a submission that gives
-nothing to grade (a folder without the notebook).  Neither records a score.  The per-learner time
-limit is, by default, the learner's budget and twice the grace of `autograder.config`
-(`Settings.learner_timeout`, from `nbgrader_config.py`).
-The exit status is 0 when every learner was graded and feedback written, 1 otherwise.
+Where it runs (a Slurm cluster included), the gradebook under concurrent writers, and how a grader error is told
+from a submission with nothing to grade: docs/classgrade.md.
 """
 from __future__ import annotations
 

@@ -1,28 +1,11 @@
-"""Run untrusted (learner) code in a sandbox.
+"""Run untrusted (learner) code in a sandbox: bubblewrap's namespaces (user, PID, network, IPC, UTS, cgroup, mount),
+read-only views of the system and of the folders Python imports from (never the course), two capped tmpfs folders,
+the GPU's nodes where grading is on one; a cgroup for the whole sandbox (autograder.sandbox.cgroups); per-process
+limits and a wall-clock limit; every process killed at the end. Where it can, a sandboxed process is forked into
+its sandbox from a warm server (autograder.sandbox.forkserver) instead of started by bubblewrap.
 
-A sandboxed process gets:
-- with bubblewrap (Linux): its own user, PID, network, IPC, UTS and cgroup namespaces and its own
-  mount namespace, holding read-only views of the system, the Python installation and the virtual
-  environment, a read-only /opt/grader with the worker's few files and its inputs, and two
-  writable folders, /sandbox (its home) and /tmp, each a tmpfs of a fixed size whose pages count in
-  the sandbox's memory; nothing of the course (no solutions, no hidden suites, no gradebook, no
-  other submissions), no network (loopback only), no capabilities;
-- a cgroup (autograder.sandbox.cgroups) for the whole sandbox: a memory limit and a process limit that hold
-  for all its processes together, and the kernel's own count of CPU time and peak memory, read from
-  outside by the trusted side;
-- everywhere: per-process limits on CPU time, address space, file size and open files, a
-  wall-clock limit enforced by the trusted parent, and every process killed afterwards.
-
-Where bubblewrap and a cgroup are both there, a sandboxed process is forked from a warm fork server into a
-sandbox made the same way (autograder.sandbox.forkserver) instead of being started by bubblewrap: the same confinement,
-without an interpreter start and `import torch` for each one.
-
-On the host, everything a sandbox needs lives in a folder only the grader's user can enter
-(mode 0700, under one 0700 folder per user in the system's temporary folder).
-
-Without bubblewrap, grading refuses to start unless the instructor allows it explicitly
-(`allow_unsandboxed` in autograder.config); `Sandbox.protections` says what each sandbox
-actually applied, and the log, the feedback and the class report name what was missing.
+On the host, a sandbox's files live in a folder only the grader's user can enter. Without bubblewrap, grading
+stops unless the instructor allows it (`allow_unsandboxed`); `Sandbox.protections` says what a sandbox applied.
 """
 from __future__ import annotations
 

@@ -1,29 +1,12 @@
 """Sandboxed workers forked from a warm interpreter, each in a sandbox of its own.
 
-Starting a worker in bubblewrap costs an interpreter and `import torch` (with a drawing suite's tracer, about 3 s of
-CPU), paid for every learner and every worker of course code. The fork server pays it once per batch: a host process
-that the grader starts from a fresh interpreter (so it holds nothing of the course: no suite, no solution, no
-gradebook, no learner's code), with the sandbox's environment, imports torch and the workers' other third-party
-modules, and then only forks. Run as `python forkserver.py SOCKET MODULE...` in the socket's folder; it ends when its stdin closes.
-
-The grader makes each sandbox as before (a private folder, a cgroup) and starts in it a bubblewrap placeholder that
-runs no Python: it holds the sandbox's fresh namespaces and mount tree. It connects to the server's socket (in the
-grader's private folder) and sends the placeholder's pid, the cgroup, the limits and the worker's pipes. The server
-forks a request process, trusted code, which:
-  1. checks that the requester is a process of the host (its user, PID, mount and network namespaces are the
-     server's) and that the placeholder's namespaces are not the host's and it is in the named cgroup;
-  2. joins the sandbox's cgroup (its memory and process limits, its CPU and memory accounting) and sets the
-     per-process limits;
-  3. enters the placeholder's network, IPC, UTS, cgroup, PID and mount namespaces and its root folder, then its user
-     namespace; becomes the sandbox's user 1000 with no supplementary groups, drops every capability (the bounding
-     and ambient sets included) and sets no_new_privs;
-  4. forks the worker, the next process of the sandbox's PID namespace, reports its pid, waits for it, ends the
-     placeholder (and with it the PID namespace: whatever the worker left running dies, as when a worker started by
-     bubblewrap ends) and reports its exit status ("pid N", then "exit CODE", on a pipe of the grader's).
-The worker checks its credentials once more (fail closed: it ends before any learner code otherwise), takes the
-pipes as stdin, stdout and stderr, closes every other descriptor, reseeds numpy's global generator (Python's
-`random` reseeds itself after a fork) and runs the sandbox's own copy of worker.py as `python worker.py` would.
-It dies when the placeholder does (the end of its PID namespace), as a bubblewrap worker dies with bubblewrap.
+The server, started once per batch from a fresh interpreter with the sandbox's environment (nothing of the course),
+imports torch and then only forks; run as `python forkserver.py SOCKET MODULE...` in the socket's folder, it ends
+when its stdin closes. For each request (a bubblewrap placeholder's pid, the sandbox's cgroup and limits, the
+worker's pipes) a request process checks that the request comes from the host and the placeholder has namespaces
+of its own in that cgroup, joins the cgroup, takes the limits, enters the placeholder's namespaces and root, becomes
+user 1000 without groups or capabilities and with no_new_privs, and forks the worker, which checks its credentials
+again before it runs the sandbox's own copy of worker.py. The README's "Workers forked, not started" says more.
 """
 from __future__ import annotations
 

@@ -1,26 +1,11 @@
 """A warm trusted process that runs the hidden suites of a batch, one learner after another.
 
-Starting a suite costs seconds: Python, torch, pytest and the suites to import, and three sandboxed workers
-to start. `autograder.verdict.hidden` hands each learner to this server instead, which pays most of that once:
-
-- it imports everything once; each learner's suite runs in a process forked from it, which never ran a
-  suite before and ends with it, so nothing of one learner's grading reaches the next one's;
-- that process is forked ahead, when the previous learner's suite starts, and starts the next learner's own
-  sandboxed worker (torch imported, waiting for its cells) meanwhile: a fresh worker for each learner, never
-  reused;
-- the workers of course code (the reference of the speed comparisons, the server of the course's parts)
-  that an assignment's suite asks for (`roles_of`) or turns out to use are started once and shared. Between
-  learners, and again when a learner's suite starts,
-  each must answer a check in turn, within a second, and forget what the last learner left (module
-  handles, the course's parts it built); one that died, answers late or out of turn is not used, and the
-  server replaces it.
-
-It runs no learner code: that happens only in the sandboxed workers.  One JSON line per request on stdin,
-{"assignment", "out", "log", "env", "more"}, one per reply on stdout: {"exit": code}, or {"exit": null} when the
-suite's process did not end by its deadline (it is killed).  {"op": "prepare", "assignment", "env"}, sent while
-the first notebook of a batch runs in its sandbox, has no reply: the shared workers and the first learner's
-process are made ready meanwhile.  After a request whose "more" is false (no learner follows in this batch), no
-process is forked ahead; a later request gets one of its own.
+It imports Python's, torch's and the suites' modules once; each learner's suite runs in a process forked from it,
+forked ahead (with that learner's fresh sandboxed worker started meanwhile), which never ran another learner's
+suite and ends with it. The workers of course code a suite uses are shared, checked and reset between learners,
+and replaced when they fail a check. It runs no learner code. One JSON line per request on stdin
+({"assignment", "out", "log", "env", "more"}, or {"op": "prepare", ...} with no reply), one per reply on stdout
+({"exit": code}, null when the suite's process was killed at its deadline).
 """
 from __future__ import annotations
 
