@@ -11,7 +11,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export CHROMIUM
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install book exercises grade postgres graphviz test bench gpu-wheels gpu-check clean
+.PHONY: all install book exercises grade postgres graphviz lint test test-quick bench gpu-wheels gpu-check clean
 
 all: book grade
 
@@ -69,7 +69,18 @@ $(VIZ_JS): package.json package-lock.json
 	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 	cp node_modules/@viz-js/viz/dist/viz-global.js $@
 
-test: install $(CHROMIUM) postgres graphviz $(VIZ_JS)
+# The linters, configured in pyproject.toml: ruff on everything, mypy on the autograder package.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+# The quick tier: the tests that need no browser, no book build and no grading of a notebook (under a minute here).
+QUICK := tests/test_house.py tests/test_static.py tests/test_timing.py tests/test_exercises.py tests/test_gpu.py \
+         tests/test_sandbox.py tests/test_release.py
+test-quick: install
+	$(BIN)/pytest -n 2 -q $(QUICK)
+
+test: lint $(CHROMIUM) postgres graphviz $(VIZ_JS)
 	$(BIN)/pytest -n 2 --dist loadgroup --durations=15 tests
 
 # Measurements, not pass/fail: speed against torch's own layers, memory, the speed check's calibration,

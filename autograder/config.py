@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
+from typing import Any, cast
 
 from traitlets import Bool, Float, Integer, Unicode
 from traitlets.config import Configurable
@@ -38,7 +39,8 @@ class Settings:
     worker_restarts: int = 12          # times a learner's code may end or hang its worker before the rest is skipped
     threads: int = 1                   # torch threads of the learner's code
     allow_unsandboxed: bool = False    # grade without bubblewrap (the feedback says what is missing)
-    fork_workers: bool = True          # fork workers from a warm fork server (autograder.sandbox.forkserver), not start each
+    # fork workers from a warm fork server (autograder.sandbox.forkserver), not start each
+    fork_workers: bool = True
     # the device the timed and memory-measured calls run on: "cpu", or "cuda" on a machine with an NVIDIA GPU
     device: str = "cpu"
     # what the sandbox sees of the host on a GPU, besides the GPU's device nodes: the driver's files (colon-separated)
@@ -52,7 +54,8 @@ class Settings:
     # the trusted processes
     trusted_memory: int = 6144 * MIB   # address space of the trusted suite process
     suites_dir: str = ""               # the hidden suites with their conftest.py (default: autograder/verdict/suites)
-    warm_suite: bool = True            # one warm suite process per batch (autograder.verdict.suite_server), not one per learner
+    # one warm suite process per batch (autograder.verdict.suite_server), not one per learner
+    warm_suite: bool = True
 
     @classmethod
     def names(cls) -> list[str]:
@@ -63,13 +66,14 @@ class Settings:
 
     @property
     def learner_timeout(self) -> float:
-        """The longest one learner's `nbgrader autograde` may run before it is stopped (autograder.classroom.classgrade):
-        the budget, the suite's grace past it, and as much again for nbgrader's own work."""
+        """The longest one learner's `nbgrader autograde` may run before it is stopped
+        (autograder.classroom.classgrade): the budget, the suite's grace past it, and as much again for nbgrader's own
+        work."""
         return self.learner_budget + 2 * self.grace
 
 
 def _override(s: Settings) -> Settings:
-    changes = {}
+    changes: dict[str, Any] = {}
     for f in dataclasses.fields(Settings):
         raw = os.environ.get(f"GRADER_{f.name.upper()}")
         if raw is None:
@@ -104,7 +108,7 @@ def course() -> Settings:
 
 
 def _trait(f: dataclasses.Field):
-    kind = {"bool": Bool, "int": Integer, "float": Float, "str": Unicode}[f.type]
+    kind = {"bool": Bool, "int": Integer, "float": Float, "str": Unicode}[cast(str, f.type)]  # a string: PEP 563
     return kind(f.default, help=f"autograder.config.Settings.{f.name}").tag(config=True)
 
 

@@ -1,4 +1,5 @@
-"""A synthetic class graded by `autograder.classroom.classgrade` (and, with `--serial`, by one serial `nbgrader autograde`).
+"""A synthetic class graded by `autograder.classroom.classgrade` (and, with `--serial`, by one serial
+`nbgrader autograde`).
 
     .venv/bin/python bench/class_grading.py [ASSIGNMENT ...] [--learners 30] [--workers N]
                                             [--serial] [--serial-sample M] [--out FILE]
@@ -30,13 +31,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-
 from autograder.authoring import variants
-from autograder.authoring.release import nbgrader  # noqa: E402
-from autograder.classroom import classgrade, grade  # noqa: E402
-from autograder.notebooks import is_solution  # noqa: E402
+from autograder.authoring.release import nbgrader
+from autograder.classroom import classgrade, grade
+from autograder.notebooks import is_solution
 from autograder.verdict import hidden
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # The same limits for both runs: a never-ending cell is stopped after 20 s, in the notebook run and
 # in the hidden suite's worker (autograder.config, through its environment overrides).

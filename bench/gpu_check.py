@@ -28,19 +28,19 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-os.environ.setdefault("GRADER_DEVICE", "cuda")
-
 from autograder import config
 from autograder.authoring import variants
 from autograder.classroom import grade
-from autograder.notebooks import learner_cells, read, source_notebook  # noqa: E402
+from autograder.notebooks import learner_cells, read, source_notebook
 from autograder.sandbox import box as sandbox
-from autograder.sandbox import cgroups  # noqa: E402
-from autograder.verdict.learner import Learner, gpu_memory_of  # noqa: E402
-from autograder.verdict.suites import checks  # noqa: E402
-from autograder.verdict.suites import test_attention as attention  # noqa: E402
-from autograder.verdict.timing import Target, compare, peak_memory  # noqa: E402
+from autograder.sandbox import cgroups
+from autograder.verdict.learner import Learner, gpu_memory_of
+from autograder.verdict.suites import checks
+from autograder.verdict.suites import test_attention as attention
+from autograder.verdict.timing import Target, compare, peak_memory
+
+ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("GRADER_DEVICE", "cuda")   # before any grading reads the settings
 
 SDPA, BLOCKWISE = "scaled_dot_product_attention", "blockwise_attention"
 ATTENTION = {v.name: v.cells for v in variants.load("attention")}
@@ -206,7 +206,8 @@ def calibration(gradings: int) -> dict:
                 reps.append(len(ratios))
             finite = [b for b in best if b != float("inf")]
             out[name] = {"fails": fails, "median": round(statistics.median(finite), 3) if finite else None,
-                         "min": round(min(finite), 3) if finite else None, "max": round(max(finite), 3) if finite else None,
+                         "min": round(min(finite), 3) if finite else None,
+                         "max": round(max(finite), 3) if finite else None,
                          "measurements": sum(reps), "seconds": round(time.monotonic() - seconds, 1)}
             say(f"  {name}: {fails}/{gradings} fail at {factor:g}x; ratio median {out[name]['median']}, "
                 f"range {out[name]['min']}-{out[name]['max']} ({out[name]['seconds']} s)")
@@ -246,17 +247,19 @@ def memory(lengths: list[int]) -> dict:
 
 # -- a class graded for real ------------------------------------------------------------------------------------
 def graded_class(grading_dir: Path, timeout: float, per: int) -> dict:
-    """Every assignment's learners graded at once, each assignment by its own `autograder.classroom.classgrade` with `per` Dask
-    workers (every learner's grading holds a few CUDA processes: a kernel, its worker, the shared workers)."""
+    """Every assignment's learners graded at once, each assignment by its own `autograder.classroom.classgrade` with
+    `per` Dask workers (every learner's grading holds a few CUDA processes: a kernel, its worker, the shared
+    workers)."""
     asgs = list(CLASS)
     grade.prepare(grading_dir, asgs)
     for asg, learners in CLASS.items():
         for learner, (cells, _) in learners.items():
             grade.submit(grading_dir, learner, asg, variants.submission(asg, cells))
     t0 = time.monotonic()
-    procs = {asg: subprocess.Popen([sys.executable, "-m", "autograder.classroom.classgrade", asg, "--grading-dir", str(grading_dir),
-                                    "--workers", str(per), "--no-progress"], cwd=ROOT, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True) for asg in asgs}
+    procs = {asg: subprocess.Popen([sys.executable, "-m", "autograder.classroom.classgrade", asg,
+                                    "--grading-dir", str(grading_dir), "--workers", str(per), "--no-progress"],
+                                   cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for asg in asgs}
     summaries = {}
     for asg, p in procs.items():
         try:

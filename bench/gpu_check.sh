@@ -31,6 +31,9 @@ if ! { [ -x $venv/bin/python ] && sees_gpu $venv/bin/python; }; then
     # the machine's pip (found through the .pth file) installs into this environment, touching nothing of the machine's
     $venv/bin/python -m pip install -q --no-index --no-deps --ignore-installed --no-compile --no-warn-script-location \
       --disable-pip-version-check .whl/*.whl || exit 1
+    # and the course itself, in editable mode as `make` installs it (built with the machine's setuptools, offline)
+    $venv/bin/python -m pip install -q --no-index --no-deps --no-build-isolation --disable-pip-version-check -e . \
+      || exit 1
   fi
 fi
 py=$venv/bin/python

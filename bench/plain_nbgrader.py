@@ -163,7 +163,8 @@ def build_plain_course(folder: Path, assignments: list[str]) -> Path:
         f"c.CourseDirectory.root = {str(folder)!r}\n"
         "c.CourseDirectory.source_directory = 'source'\nc.CourseDirectory.release_directory = 'release'\n"
         "c.ExecutePreprocessor.timeout = 300\n"
-        "c.ClearSolutions.code_stub = {'python': '# YOUR CODE HERE\\nraise NotImplementedError(\"not implemented yet\")'}\n")
+        "c.ClearSolutions.code_stub = "
+        "{'python': '# YOUR CODE HERE\\nraise NotImplementedError(\"not implemented yet\")'}\n")
     for asg in assignments:
         nb = notebooks.read(notebooks.source_notebook(asg))
         for cell in nb.cells:
@@ -245,7 +246,8 @@ def compare(assignments: list[str], rounds: int, per_batch: int) -> list[list]:
             pc, tc = statistics.median(cpu["plain"]), statistics.median(cpu["trusted"])
             rows.append([asg, len(notebooks_), rounds, f"{p:.1f}", f"{t:.1f}", f"{t / p:.2f}{void}",
                          f"{pc:.1f}", f"{tc:.1f}", f"{tc / pc:.2f}"])
-            print(f"  {asg}: plain {[round(x, 1) for x in times['plain']]} trusted {[round(x, 1) for x in times['trusted']]}",
+            print(f"  {asg}: plain {[round(x, 1) for x in times['plain']]} "
+                  f"trusted {[round(x, 1) for x in times['trusted']]}",
                   flush=True)
     return rows
 

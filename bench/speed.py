@@ -18,13 +18,13 @@ import time
 import torch
 import torch.nn.functional as F
 
-from autograder.authoring import variants  # noqa: E402
-from autograder.notebooks import learner_cells, read, reference_namespace, source_notebook  # noqa: E402
-from autograder.verdict.learner import Learner  # noqa: E402
-from autograder.verdict.suites import test_attention, test_residual  # noqa: E402
-from autograder.verdict.suites.checks import SPEED_FACTOR, module_targets, speed_ratios  # noqa: E402
-from autograder.verdict.suites.test_attention import SDPA_SPEED_CALLS, SDPA_SPEED_SHAPE  # noqa: E402
-from autograder.verdict.timing import Target, compare, peak_memory  # noqa: E402
+from autograder.authoring import variants
+from autograder.notebooks import learner_cells, read, reference_namespace, source_notebook
+from autograder.verdict.learner import Learner
+from autograder.verdict.suites import test_attention, test_residual
+from autograder.verdict.suites.checks import SPEED_FACTOR, module_targets, speed_ratios
+from autograder.verdict.suites.test_attention import SDPA_SPEED_CALLS, SDPA_SPEED_SHAPE
+from autograder.verdict.timing import Target, compare, peak_memory
 
 LOOP_SDPA = '''import math
 import torch
@@ -81,22 +81,22 @@ def vs_torch():
     with torch.no_grad():
         for B, H, L, d in [(1, 2, 256, 16), (4, 8, 512, 64)]:
             q, k, v = (torch.randn(B, H, L, d) for _ in range(3))
-            ours = cpu_time(lambda: att["scaled_dot_product_attention"](q, k, v))
-            theirs = cpu_time(lambda: F.scaled_dot_product_attention(q, k, v))
+            ours = cpu_time(lambda q=q, k=k, v=v: att["scaled_dot_product_attention"](q, k, v))
+            theirs = cpu_time(lambda q=q, k=k, v=v: F.scaled_dot_product_attention(q, k, v))
             rows.append(["scaled_dot_product_attention", f"{B}x{H}x{L}x{d}", f"{ours*1e3:.2f}", f"{theirs*1e3:.2f}",
                          f"{ours/theirs:.2f}"])
         for B, L, D, H in [(2, 128, 64, 4), (4, 512, 256, 8)]:
             x = torch.randn(B, L, D)
             mha = att["MultiHeadAttention"](D, H).eval()
             ref = torch.nn.MultiheadAttention(D, H, batch_first=True).eval()
-            ours = cpu_time(lambda: mha(x))
-            theirs = cpu_time(lambda: ref(x, x, x, need_weights=False))
+            ours = cpu_time(lambda mha=mha, x=x: mha(x))
+            theirs = cpu_time(lambda ref=ref, x=x: ref(x, x, x, need_weights=False))
             rows.append(["MultiHeadAttention", f"{B}x{L}x{D} h{H}", f"{ours*1e3:.2f}", f"{theirs*1e3:.2f}",
                          f"{ours/theirs:.2f}"])
             blk = res["TransformerBlock"](D, H, 4 * D).eval()
             enc = torch.nn.TransformerEncoderLayer(D, H, 4 * D, dropout=0.0, batch_first=True, norm_first=True).eval()
-            ours = cpu_time(lambda: blk(x))
-            theirs = cpu_time(lambda: enc(x))
+            ours = cpu_time(lambda blk=blk, x=x: blk(x))
+            theirs = cpu_time(lambda enc=enc, x=x: enc(x))
             rows.append(["TransformerBlock", f"{B}x{L}x{D} h{H}", f"{ours*1e3:.2f}", f"{theirs*1e3:.2f}",
                          f"{ours/theirs:.2f}"])
     table("Reference solutions against torch's own layers (CPU, 1 thread, median CPU ms per call)",
@@ -132,7 +132,8 @@ def calibration(n):
             ratios, spreads, measured = [], [], []
             for _ in range(n):
                 got, mismatch = speed_ratios(Target(proxy, "scaled_dot_product_attention"),
-                                             Target(ref, "scaled_dot_product_attention"), inputs, calls=SDPA_SPEED_CALLS)
+                                             Target(ref, "scaled_dot_product_attention"), inputs,
+                                             calls=SDPA_SPEED_CALLS)
                 ratios.append(min(got) if got and mismatch is None else float("inf"))
                 measured.append(len(got))
                 c = compare(Target(proxy, "scaled_dot_product_attention"), Target(ref, "scaled_dot_product_attention"),
@@ -191,7 +192,8 @@ def parts_calibration(n):
             course.close()
         table(f"Speed check calibration: {name} with the course's {', '.join(parts)}, {'x'.join(map(str, shape))}, "
               f"{calls} calls per run, allowed ratio {SPEED_FACTOR:g}",
-              ["comparison", "gradings", "median ratio", "min", "max", "s per check", "failed", "stopped because"], rows)
+              ["comparison", "gradings", "median ratio", "min", "max", "s per check", "failed", "stopped because"],
+              rows)
 
 
 def main():

@@ -344,4 +344,5 @@ def test_a_failure_is_a_grader_error_unless_nothing_was_submitted():
     assert classgrade.failure_kind(fault, stopped=False) == grade.GRADER_ERROR
     assert classgrade.failure_kind("ValueError: something else\n", stopped=False) == grade.GRADER_ERROR
     reason, _ = classgrade.failure_reason(quoted + fault, 1)
-    assert reason == "exit code 1: GraderFault: grader fault (not the learner's): the hidden suite did not finish in time"
+    assert reason == ("exit code 1: GraderFault: grader fault (not the learner's): the hidden suite did not finish "
+                      "in time")

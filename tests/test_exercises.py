@@ -1,7 +1,7 @@
 """Each exercise tells the learner what is graded and helps when stuck.
 
-- The criteria in each graded cell are what `autograder.authoring.criteria` renders from the hidden suite's own tests and
-  constants.
+- The criteria in each graded cell are what `autograder.authoring.criteria` renders from the hidden suite's own tests
+  and constants.
 - The visible checks pass for the reference and for every known correct answer, and catch the known mistakes listed
   in VISIBLE, each with its own message: the notebook's setup cells, the answer's solution cells and the visible
   checks run in order in a fresh namespace, as in a learner's kernel.

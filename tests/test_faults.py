@@ -174,8 +174,8 @@ def test_a_giant_frame_is_refused_unread():
     64 MiB of its peak with an honest one, and the learner is told why that part failed."""
     suite = {"suite": SUITE}
     honest, _, honest_peak = peak_memory(lambda: hidden.grade(variants.submission(ASG), ASG), suite)
-    giant, _, giant_peak = peak_memory(lambda: hidden.grade(variants.submission(ASG, {"sinusoidal_encoding": GIANT_FRAME}),
-                                                            ASG), suite)
+    giant, _, giant_peak = peak_memory(
+        lambda: hidden.grade(variants.submission(ASG, {"sinusoidal_encoding": GIANT_FRAME}), ASG), suite)
     honest_peak, giant_peak = honest_peak.get("suite", 0), giant_peak.get("suite", 0)
     print(f"\nthe suite process's peak: {honest_peak >> 20} MiB honest, {giant_peak >> 20} MiB with a 1 GiB frame")
     assert honest.fault is None and giant.fault is None, giant.fault
@@ -231,7 +231,7 @@ hidden._suite_main(asg, os.path.join(tmp, "out.json"))
 with open(os.path.join(tmp, "out.json")) as f:
     records = json.load(f)["records"]
 print(json.dumps({"largest": max(sizes), "frames": len(sizes), "failed": [r["test"] for r in records if not r["passed"]]}))
-'''
+'''  # noqa: E501 - a script's line, kept as it runs
 
 
 @pytest.mark.slow

@@ -66,8 +66,8 @@ def graded(tmp_path_factory):
     runs = {}
     for learner, nb in learners.items():
         grade.submit(d, learner, ASG, nb)
-        runs[learner] = peak_memory(lambda: grade.autograde(d, ASG, learner=learner, capture_output=True, text=True),
-                                    TRUSTED)
+        runs[learner] = peak_memory(
+            lambda learner=learner: grade.autograde(d, ASG, learner=learner, capture_output=True, text=True), TRUSTED)
     f = grade.feedback(d, ASG, capture_output=True, text=True)
     scores = {}
     for row in grade.scores(d, [ASG]):

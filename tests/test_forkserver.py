@@ -1,6 +1,6 @@
-"""Workers forked from the fork server (autograder.sandbox.forkserver) are confined exactly as workers started by bubblewrap
-are, each in a sandbox of its own that no other learner's code ever ran in; the server takes requests only from the
-host, and a server that died is replaced."""
+"""Workers forked from the fork server (autograder.sandbox.forkserver) are confined exactly as workers started by
+bubblewrap are, each in a sandbox of its own that no other learner's code ever ran in; the server takes requests only
+from the host, and a server that died is replaced."""
 import os
 import subprocess
 import sys
@@ -32,7 +32,7 @@ def probe():
 
 def marked():
     return getattr(torch, "left_by_another_learner", None)
-'''
+'''  # noqa: E501 - the probe's code, kept as it runs
 
 
 def worker(code: str, fork: bool, **limits) -> Learner:

@@ -88,7 +88,7 @@ def test_packages_outside_the_environment_are_seen_and_the_course_is_not(tmp_pat
         w = Learner([{{"id": "c", "source": cell}}])
         print(w.fn("answer")(), w.cell_errors)
         w.close()
-    """)
+    """)  # noqa: E501 - the probe's code, kept as it runs
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
@@ -98,14 +98,17 @@ def test_packages_outside_the_environment_are_seen_and_the_course_is_not(tmp_pat
 def test_a_run_projected_as_on_a_gpu_compares_shapes_exactly_and_values_by_projection():
     """What a GPU run sends back of each output: its shape, and its last dimension projected on a vector drawn from
     the run's seed; the same inputs give the same projections, a slightly wrong output or shape does not."""
-    wrong_value = {SDPA: ATTENTION["softmax_einsum"][SDPA].replace("/ math.sqrt(q.size(-1))", "/ math.sqrt(q.size(-1)) * 1.01")}
+    wrong_value = {SDPA: ATTENTION["softmax_einsum"][SDPA].replace("/ math.sqrt(q.size(-1))",
+                                                                   "/ math.sqrt(q.size(-1)) * 1.01")}
     extra_column = {SDPA: "def scaled_dot_product_attention(q, k, v, mask=None):\n"
                           "    w = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), -1)\n"
-                          "    return torch.cat([w @ v, v[..., :1, :1].expand(*v.shape[:-2], q.shape[-2], 1)], -1), w\n"}
+                          "    return torch.cat([w @ v, v[..., :1, :1].expand(*v.shape[:-2], q.shape[-2], 1)], -1), "
+                          "w\n"}
     workers = [worker(), worker(), worker(wrong_value), worker(extra_column)]
     inputs = [{"kind": "randn", "shape": [2, 3, 16, 8]}] * 3
     try:
-        ref, same, wrong, wider = (Target(w, SDPA).request("run", seed=11, inputs=inputs, kwargs={}, count=2, project=True)
+        ref, same, wrong, wider = (Target(w, SDPA).request("run", seed=11, inputs=inputs, kwargs={}, count=2,
+                                                           project=True)
                                    for w in workers)
         assert [o["shape"] for o in ref] == [[2, 3, 16, 8]] * 2 and tuple(ref[0]["projection"].shape) == (2, 3, 16)
         assert same_outputs(same, ref)
@@ -169,7 +172,8 @@ def cuda_workers():
     mp.setenv("GRADER_DEVICE", "cuda")
     ws = {"reference": Learner(learner_cells(read(source_notebook("attention"))), role="reference"),
           "same": worker(), "where": worker(WHERE), "loop": worker(LOOP),
-          "full": worker(ATTENTION["blockwise_full_matrix"]), "unseen": worker(ATTENTION["blockwise_full_matrix_unseen"])}
+          "full": worker(ATTENTION["blockwise_full_matrix"]),
+          "unseen": worker(ATTENTION["blockwise_full_matrix_unseen"])}
     yield ws
     for w in ws.values():
         w.close()

@@ -24,7 +24,8 @@ POINTS = {"sinusoidal_encoding_tests": 4.0, "rope_tests": 4.0, "alibi_bias_tests
 def graded_class(tmp_path_factory):
     """`make grade`'s own step, for the example class's assignment and for one nobody in it submits."""
     d = tmp_path_factory.mktemp("grading") / "fresh"
-    r = subprocess.run([sys.executable, "-m", "autograder.classroom.grade_examples", ASG, "attention", "--grading-dir", str(d)],
+    r = subprocess.run([sys.executable, "-m", "autograder.classroom.grade_examples", ASG, "attention",
+                        "--grading-dir", str(d)],
                        cwd=ROOT, capture_output=True, text=True)
     return d, r, r
 
@@ -116,7 +117,8 @@ def _copied_cell():
                    if c.metadata.get("nbgrader", {}).get("grade_id") == "sinusoidal_encoding")
     first = copy.deepcopy(cell)
     first.id = "copy-of-the-solution"
-    first.source = "def sinusoidal_encoding(seq_len, d_model, base=10000.0):\n    return torch.zeros(seq_len, d_model)\n"
+    first.source = ("def sinusoidal_encoding(seq_len, d_model, base=10000.0):\n"
+                    "    return torch.zeros(seq_len, d_model)\n")
     nb.cells.insert(i, first)
     return nb
 

@@ -1,5 +1,5 @@
-"""autograder/graph/ and autograder/inside/tracer.py: the traced structure of the course's models, the differences it names for the known
-answers, its drawings, and what it does with a model it cannot trace or a graph that is junk."""
+"""autograder/graph/ and autograder/inside/tracer.py: the traced structure of the course's models, the differences it
+names for the known answers, its drawings, and what it does with a model it cannot trace or a graph that is junk."""
 import json
 import re
 import subprocess
@@ -42,7 +42,8 @@ STRUCTURAL = {
                        False: "torch.nn.TransformerEncoderLayer, not your own TransformerBlock"},
 }
 # Mistakes in the arithmetic inside a LayerNorm: the network's structure is the reference's.
-NOT_STRUCTURAL = {"ln_unbiased_variance", "ln_eps_outside_sqrt", "pasted_layernorm_unbiased", "pasted_attention_unscaled"}
+NOT_STRUCTURAL = {"ln_unbiased_variance", "ln_eps_outside_sqrt", "pasted_layernorm_unbiased",
+                  "pasted_attention_unscaled"}
 UNTRACEABLE = {"pasted_block_missing": "name 'TransformerBlock' is not defined"}
 
 

@@ -1,5 +1,5 @@
-"""The warm suite process (autograder.verdict.suite_server) keeps every guarantee of a process per learner: each learner's
-worker is its own, a shared worker of course code that died or was slowed is replaced, and learners graded one
+"""The warm suite process (autograder.verdict.suite_server) keeps every guarantee of a process per learner: each
+learner's worker is its own, a shared worker of course code that died or was slowed is replaced, and learners graded one
 after another get the scores each gets alone."""
 import os
 import signal
@@ -30,7 +30,7 @@ _found = [name for name in ("/sandbox/left-by-the-first", "/tmp/left-by-the-firs
 if "LEFT_BY_THE_FIRST" in dir() or _found:
     def sinusoidal_encoding(seq_len, d_model, base=10000.0):
         raise RuntimeError(f"found what the learner before left: {_found}")
-'''
+'''  # noqa: E501 - the learner's code, kept as it runs
 
 
 def scores(grading):
@@ -103,7 +103,8 @@ def test_prepared_before_the_first_learner():
     assert {"reference/residual", "course parts/residual"} <= set(status())
     grading = hidden.grade(variants.submission("residual"), "residual")
     assert [role for role, _ in grading.profile["workers"]] == ["learner"]
-    assert all(v.score == v.points for v in grading.verdicts.values()), {g: v.failed for g, v in grading.verdicts.items()}
+    assert all(v.score == v.points for v in grading.verdicts.values()), (
+        {g: v.failed for g, v in grading.verdicts.items()})
 
 
 def test_nothing_made_ready_after_the_last_learner():

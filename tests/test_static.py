@@ -69,7 +69,8 @@ def test_constructs_a_reading_cannot_follow_are_flagged(source, why):
 @pytest.mark.parametrize("source", [
     "class LayerNorm(nn.Module):\n    def forward(self, x):\n        return self.layer_norm(x)",
     "def layer_norm(x):\n    return x\nlayer_norm(torch.zeros(2))",
-    "class M(nn.Module):\n    def __init__(self):\n        for n in ('a', 'b'):\n            setattr(self, n, nn.Linear(2, 2))",
+    "class M(nn.Module):\n    def __init__(self):\n        for n in ('a', 'b'):\n"
+    "            setattr(self, n, nn.Linear(2, 2))",
     "y = torch.softmax(torch.einsum('...id,...jd->...ij', q, k) / math.sqrt(4), -1)",
     "out = scaled_dot_product_attention(q, k, v)[0]",
     "mask = torch.ones(3, 3, dtype=torch.bool).tril()",
@@ -80,7 +81,8 @@ def test_honest_code_is_neither_proven_nor_flagged(source):
 
 
 def test_a_helper_carries_its_findings_to_the_part_that_uses_it():
-    helper = {"id": "helpers", "source": "def _fast(q, k, v):\n    return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n"}
+    helper = {"id": "helpers",
+              "source": "def _fast(q, k, v):\n    return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n"}
     library, _ = findings("def scaled_dot_product_attention(q, k, v, mask=None):\n    return _fast(q, k, v), None",
                           extra=[helper])
     assert library == ["torch.nn.functional.scaled_dot_product_attention"]

@@ -86,4 +86,5 @@ def test_no_residual_or_model_trick_gains_anything(others):
     residual, transformer = others["residual"][1], others["transformer"][1]
     assert residual["control"]["TransformerBlock_tests"].score < residual["control"]["TransformerBlock_tests"].points
     fake = transformer["control"]["TinyTransformer_tests"]
-    assert fake.score < fake.points / 2, "a model that knows the task instead of learning it keeps under half the points"
+    assert fake.score < fake.points / 2, ("a model that knows the task instead of learning it keeps under half the "
+                                          "points")

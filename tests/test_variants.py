@@ -46,9 +46,10 @@ def test_variant(asg, variant):
             own = [c for c in v.checks if not c.together]
             assert all(c.passed for c in own), (
                 f"mistake '{variant.name}' in another part cost {gid} points in its own tests: {v.failed}")
-            assert any(c.together and not c.passed and variant.together[gid] in (c.diagnosis or "") for c in v.checks), (
-                f"mistake '{variant.name}': {gid}'s test with the learner's own parts should say {variant.together[gid]!r}, "
-                f"got {v.failed}")
+            assert any(c.together and not c.passed and variant.together[gid] in (c.diagnosis or "")
+                       for c in v.checks), (
+                f"mistake '{variant.name}': {gid}'s test with the learner's own parts should say "
+                f"{variant.together[gid]!r}, got {v.failed}")
         else:
             assert v.score == v.points, f"mistake '{variant.name}' should not cost points in {gid}: {v.failed}"
 

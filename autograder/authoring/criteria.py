@@ -35,7 +35,7 @@ TRAINING_CELL = "TinyTransformer_training"     # the cell id of the visible trai
 @dataclass
 class HiddenTest:
     name: str
-    cell: str
+    cell: str | None
     weight: float
     doc: str
     calls: dict          # name of a called function -> its ast.Call, for the ones the criteria quote
@@ -43,7 +43,7 @@ class HiddenTest:
 
 def _calls(fn: ast.FunctionDef) -> dict:
     """The calls in a test whose numbers the criteria quote: a speed check, a memory check, a training run."""
-    found = {}
+    found: dict = {}
     for node in ast.walk(fn):
         if isinstance(node, ast.Call):
             name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
@@ -90,9 +90,9 @@ def sentence(test: HiddenTest, mod) -> str:
         return (f"trains your TinyTransformer(vocab_size={mod.V}, d_model={mod.D_MODEL}, n_heads={mod.N_HEADS}, "
                 f"d_ff={mod.D_FF}, n_layers={mod.N_LAYERS}, max_len={mod.T}) for {mod.STEPS} steps of AdamW "
                 f"(learning rate {mod.LR:g}, batches of {mod.BATCH} sequences of {mod.T} tokens, within "
-                f"{config.current().train_timeout:g} s) to repeat the token K places back, with a new offset and new sequences: "
-                f"accuracy at least {mod.ACCURACY:g} on sequences it was not trained on, from below {mod.BEFORE:g} before "
-                "training")
+                f"{config.current().train_timeout:g} s) to repeat the token K places back, with a new offset and new "
+                f"sequences: accuracy at least {mod.ACCURACY:g} on sequences it was not trained on, from below "
+                f"{mod.BEFORE:g} before training")
     text = test.doc
     if "fast_enough" in test.calls:
         call = test.calls["fast_enough"]

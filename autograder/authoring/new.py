@@ -138,7 +138,8 @@ def toc_with(toc: str, name: str) -> str:
             at = i
         elif at is not None and re.match(r"\s*- caption:", line):
             break
-    indent = re.match(r"(\s*)", lines[at]).group(1)
+    assert at is not None                         # the toc has a chapter
+    indent = re.match(r"(\s*)", lines[at]).group(1)  # type: ignore[union-attr]  # \s* matches any line
     lines.insert(at + 1, f"{indent}- file: book/{name}")
     return "\n".join(lines) + "\n"
 

@@ -4,8 +4,8 @@ Each assignment has `examples/variants/<assignment>.py` defining `VARIANTS`: cor
 written differently from the reference (`Correct`), which must get full marks, and typical
 mistakes (`Bug`), which must lose points in the graded cells they name, with a diagnosis that
 contains the given text, and full marks everywhere else, except that a later part using the wrong
-one may lose its `together` test (the parts graded together), named in `Bug.together`.  A variant replaces the code of some
-solution cells (by grade_id); the other solution cells hold the reference solution.
+one may lose its `together` test (the parts graded together), named in `Bug.together`.  A variant replaces the code of
+some solution cells (by grade_id); the other solution cells hold the reference solution.
 """
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ class Bug:
 def _module(assignment: str):
     path = VARIANTS_DIR / f"{assignment}.py"
     spec = importlib.util.spec_from_file_location(f"variants_{assignment}", path)
+    assert spec is not None and spec.loader is not None      # a .py file
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

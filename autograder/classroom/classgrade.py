@@ -209,7 +209,7 @@ def failure_kind(log_text: str, stopped: bool) -> str:
     return SUBMISSION
 
 
-def autograde_learner(grading_dir: str, assignment: str, learner: str, url: str,
+def autograde_learner(grading_dir: Path | str, assignment: str, learner: str, url: str,
                       timeout: float | None = None, retries: int = DEFAULT_RETRIES,
                       extra: tuple = (), env: dict | None = None) -> dict:
     """The Dask task: `nbgrader autograde ASSIGNMENT --force --student=LEARNER` into the gradebook at `url`,
@@ -239,6 +239,7 @@ def autograde_learner(grading_dir: str, assignment: str, learner: str, url: str,
         seconds = round(time.monotonic() - t0, 2)
         if r.returncode == 0 and not watchdog.fired:
             return asdict(Outcome(learner, True, 0, seconds, attempt, log=str(log)))
+        errors: list[str]
         if watchdog.fired:
             reason, errors = f"did not finish within {timeout:g} s and was stopped", []
         elif LOCK_ERROR.search(text) and attempt <= retries:
@@ -269,7 +270,7 @@ def _sections(text: str, assignment: str, learners: list[str]) -> dict[str, str]
     return {learner: "\n".join(lines) for learner, lines in out.items()}
 
 
-def autograde_learners(grading_dir: str, assignment: str, learners: list[str], everyone: list[str], url: str,
+def autograde_learners(grading_dir: Path | str, assignment: str, learners: list[str], everyone: list[str], url: str,
                        timeout: float | None = None, retries: int = DEFAULT_RETRIES, extra: tuple = (),
                        env: dict | None = None) -> list[dict]:
     """The Dask task for a group of learners: one `nbgrader autograde` for all of them, so that its warm suite
@@ -317,7 +318,7 @@ def autograde_learners(grading_dir: str, assignment: str, learners: list[str], e
     return outcomes
 
 
-def feedback_learners(grading_dir: str, assignment: str, url: str, learners: list[str],
+def feedback_learners(grading_dir: Path | str, assignment: str, url: str, learners: list[str],
                       others: list[str]) -> dict:
     """The Dask task: `nbgrader generate_feedback` for `learners` (every learner but `others`)."""
     grading_dir = Path(grading_dir)
@@ -421,8 +422,9 @@ def grade_class(assignment: str, grading_dir: Path = grade.DEFAULT_DIR, schedule
                 try:
                     done = [Outcome(**o) for o in fut.result()]
                 except Exception as e:  # noqa: BLE001 - the task itself failed (worker lost, not importable)
-                    done = [Outcome(name, False, None, 0.0, 1, f"the grading task failed: {type(e).__name__}: {e}"[:300],
-                                    kind=GRADER) for name in chunk]
+                    done = [Outcome(name, False, None, 0.0, 1,
+                                    f"the grading task failed: {type(e).__name__}: {e}"[:300], kind=GRADER)
+                            for name in chunk]
                 outcomes += done
                 bar.update(len(done))
                 for o in done:

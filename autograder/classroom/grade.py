@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +30,8 @@ def db_url(grading_dir: Path) -> str:
 
 def gradebook_url(grading_dir: Path | None, url: str | None = None) -> str:
     """The gradebook nbgrader_config.py picks: `url`, else GRADEBOOK_URL, else the grading folder's SQLite file."""
-    return url or os.environ.get("GRADEBOOK_URL") or db_url(grading_dir)
+    # grading_dir may be None only where a url is given
+    return url or os.environ.get("GRADEBOOK_URL") or db_url(grading_dir)  # type: ignore[arg-type]
 
 
 def prepare(grading_dir: Path, assignments: list[str], fresh: bool = True):
@@ -103,13 +105,13 @@ def scores(grading_dir: Path | None, assignments: list[str], url: str | None = N
     return rows
 
 
-def ordered_cells(rows: list[CellScore], order: list[str] = ()) -> list[str]:
+def ordered_cells(rows: list[CellScore], order: Sequence[str] = ()) -> list[str]:
     """The graded cells of `rows`: those named in `order` first, in that order, then the others as found."""
     found = list(dict.fromkeys(r.cell for r in rows))
     return [c for c in order if c in found] + [c for c in found if c not in order]
 
 
-def by_learner(rows: list[CellScore], failures: dict[str, str] | None = None, order: list[str] = ()):
+def by_learner(rows: list[CellScore], failures: dict[str, str] | None = None, order: Sequence[str] = ()):
     """One assignment's rows as (cells, [(learner, {cell: score}, total, points, status)]), learners sorted.
     Cells named in `order` come first; a learner in `failures` (learner -> status, e.g. `grader error: <reason>`)
     has no total and that status; the others have the status `graded`."""

@@ -20,6 +20,7 @@ from autograder.classroom import grade
 
 def roster() -> dict[str, dict[str, str]]:
     spec = importlib.util.spec_from_file_location("class_roster", ROOT / "examples" / "class_roster.py")
+    assert spec is not None and spec.loader is not None      # a .py file
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod.CLASS

@@ -27,6 +27,7 @@ import io
 import math
 import os
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 import nbformat
@@ -46,7 +47,8 @@ def learner_record(grading_dir: Path, assignment: str, learner: str) -> dict:
         return {}
 
 
-def class_diagnoses(grading_dir: Path, rows: list[grade.CellScore], order: list[str] = ()) -> tuple[list[dict], list[dict]]:
+def class_diagnoses(grading_dir: Path, rows: list[grade.CellScore],
+                    order: Sequence[str] = ()) -> tuple[list[dict], list[dict]]:
     """(one record per (graded cell, diagnosis), one per grading note): how many learners got it, and who."""
     who: dict[tuple[str, str], list[str]] = defaultdict(list)
     noted: dict[str, list[str]] = defaultdict(list)
@@ -123,7 +125,8 @@ def render_html(assignment: str, cells: list[str], lines, diagnoses: list[dict],
     diag = "".join(f"<tr><td>{e(d['cell'].removesuffix('_tests'))}</td><td>{e(d['diagnosis'])}</td>"
                    f"<td class=\"n\">{d['learners']}</td><td>{e(', '.join(d['who']))}</td></tr>"
                    for d in diagnoses)
-    noted = "".join(f"<tr><td>{e(n['note'])}</td><td class=\"n\">{n['learners']}</td><td>{e(', '.join(n['who']))}</td></tr>"
+    noted = "".join(f"<tr><td>{e(n['note'])}</td><td class=\"n\">{n['learners']}</td>"
+                    f"<td>{e(', '.join(n['who']))}</td></tr>"
                     for n in notes)
     img = base64.b64encode(png).decode()
     faults = sum(1 for x in lines if x[4].startswith(grade.GRADER_ERROR))

@@ -56,8 +56,9 @@ def main(argv=None):
     ap.add_argument("source", help="a notebook (its solution and setup cells run in a separate process) or an "
                                    "assignment name (the course's reference solution)")
     ap.add_argument("name", help=f"the module to draw: {', '.join(EXAMPLES)}")
-    ap.add_argument("--out", default=None, help="output file: .svg (default NAME.svg), .dot, .json (the graph as data), "
-                                                ".html (beside the reference, differences named)")
+    ap.add_argument("--out", default=None,
+                    help="output file: .svg (default NAME.svg), .dot, .json (the graph as data), "
+                         ".html (beside the reference, differences named)")
     ap.add_argument("--set", dest="settings", type=_setting, action="append", default=[], metavar="KEY=VALUE",
                     help="a constructor argument, e.g. --set norm_first=False --set d_model=32")
     ap.add_argument("--backward", action="store_true", help="draw the backward graph (autograd's grad_fn graph)")

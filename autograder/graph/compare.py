@@ -18,7 +18,7 @@ def names_of(R: Graph, a: dict) -> dict:
     if a["blocks"] and a["blocks"][0].get("shape"):
         named["d_model"] = d = a["blocks"][0]["shape"][-1]
         attn = a["blocks"][0]["sublayers"].get("attention")
-        views = [R.nodes[n]["shape"] for n in sorted(nodes_of(R, attn["unit"]), key=R.index.get) if attn and
+        views = [R.nodes[n]["shape"] for n in sorted(nodes_of(R, attn["unit"]), key=R.index.get) if attn and  # type: ignore[arg-type]
                  R.nodes[n]["op"] == "view" and len(R.nodes[n]["shape"] or ()) == 4] if attn else []
         heads = [s for s in views if s[2] * s[3] == d]
         if heads:
@@ -47,7 +47,7 @@ def compare_graphs(L: Graph, R: Graph):
     """[(message, learner node ids, reference node ids)] for the structural differences of L from R."""
     la, ra = analyse(L), analyse(R)
     names = names_of(R, ra)
-    found = []
+    found: list[tuple[str, set, set]] = []
     if not ra["blocks"]:
         return found
     lb, rb = la["blocks"], ra["blocks"]
@@ -83,14 +83,14 @@ def compare_graphs(L: Graph, R: Graph):
         what = "your block" if ra["is_block"] else "your model"
         found.append((f"{what} returns shape {shape_text(la['out_shape'], names)}; the reference returns "
                       f"{shape_text(ra['out_shape'], names)}", {la["out"]} - {None}, {ra["out"]} - {None}))
-    per = {}                                     # key -> (message template, [block index], l nodes, r nodes)
+    per: dict[str, list] = {}                    # key -> (message template, [block index], l nodes, r nodes)
     for i, (l, r) in enumerate(zip(lb, rb)):
         for key, template, ln, rn in _block_differences(L, R, l, r, ra["is_block"]):
             entry = per.setdefault(key, [template, [], set(), set()])
             entry[1].append(i)
             entry[2] |= ln
             entry[3] |= rn
-    for key, (template, which, ln, rn) in per.items():
+    for _key, (template, which, ln, rn) in per.items():
         if ra["is_block"]:
             where, whose = "your block", "your block's"
         elif len(which) == len(rb) > 1:
@@ -158,7 +158,8 @@ def _block_differences(L: Graph, R: Graph, l: dict, r: dict, is_block: bool):
     if inplace:
         which = " and the ".join(SUBLAYER[k] + "'s" for k in inplace)
         yield ("inplace", f"{{where}} adds the {which} output in place (x += ...), which overwrites the caller's "
-                          "tensor: write x = x + ...", {v[0] for v in inplace.values()}, {v[1] for v in inplace.values()})
+                          "tensor: write x = x + ...",
+               {v[0] for v in inplace.values()}, {v[1] for v in inplace.values()})
     if placement:
         ls, rs = next(iter(placement.values()))
         which = " and ".join(SUBLAYER[k] for k in placement)
@@ -194,5 +195,5 @@ def differences(learner_graph, reference_graph) -> list[str]:
         return [msg for msg, _, _ in compare_graphs(Graph(learner_graph), R)]
     except Unreadable as e:
         return [f"your model's graph could not be read ({e}), so its structure was not compared"]
-    except Exception as e:  # an odd graph must never cost the learner their feedback
+    except Exception as e:  # noqa: BLE001 - an odd graph must never cost the learner their feedback
         return [f"your model's graph could not be compared with the reference's ({type(e).__name__})"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import subprocess
+from typing import Any
 
 from autograder.graph.compare import compare_graphs, differences, names_of, nodes_of, shape_text
 from autograder.graph.model import Graph, Unreadable, above, analyse
@@ -51,10 +52,10 @@ def parts(G: Graph, F: Graph | None = None, highlight=(), names=None, prefix="",
                 for gid in chain[n] - chain[u]:
                     leaving[gid] = n
     stream = _stream_nodes(F, a)
-    out = {"graph": 'rankdir=TB; nodesep=0.25; ranksep=0.3; fontname="Helvetica"; '
-                    'node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10, height=0.3]; '
-                    'edge [arrowsize=0.6, color="#555555"];',
-           "clusters": [], "nodes": [], "edges": [], "info": {}}
+    out: dict[str, Any] = {"graph": 'rankdir=TB; nodesep=0.25; ranksep=0.3; fontname="Helvetica"; '
+                           'node [shape=box, style="rounded,filled", fontname="Helvetica", fontsize=10, height=0.3]; '
+                           'edge [arrowsize=0.6, color="#555555"];',
+                           "clusters": [], "nodes": [], "edges": [], "info": {}}
     for gid, cid in clusters.items():
         g = G.groups[gid]
         parent = G.groups[gid]["parent"]
@@ -149,6 +150,8 @@ def _label(G, F, n, names):
 def assemble(p: dict, collapsed=()) -> str:
     """DOT source from parts(): a collapsed cluster becomes one node, edges into it end at that node."""
     collapsed = set(collapsed)
+    kids: dict[str | None, list[dict]]
+    members: dict[str | None, list[dict]]
     kids, members, parent = {}, {}, {}
     for c in p["clusters"]:
         kids.setdefault(c["parent"], []).append(c)
@@ -232,7 +235,7 @@ def side_by_side_html(learner_graph, reference_graph) -> str:
                 rhit |= rn
         except Unreadable as e:
             notes = [f"your model's graph could not be read ({e}), so its structure was not compared"]
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - an odd graph must never cost the learner their feedback
             notes = [f"your model's graph could not be compared with the reference's ({type(e).__name__})"]
     names = names_of(R, analyse(R))
 
@@ -241,7 +244,8 @@ def side_by_side_html(learner_graph, reference_graph) -> str:
             return "<p>(no graph)</p>"
         try:
             p = parts(G, None, hit, names, prefix)
-            norms = {c["id"] for c in p["clusters"] if G.role(c["group"]) == "norm" and not (nodes_of(G, c["group"]) & hit)}
+            norms = {c["id"] for c in p["clusters"]
+                     if G.role(c["group"]) == "norm" and not (nodes_of(G, c["group"]) & hit)}
             return _dot_svg(assemble(p, norms))
         except (Unreadable, RuntimeError, subprocess.TimeoutExpired) as e:
             return f"<p>(the graph could not be drawn: {html.escape(str(e)[:200])})</p>"

@@ -3,6 +3,7 @@ checked, counts and lengths capped; and its structure: blocks, sublayers, the re
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from autograder.inside.tracer import MAX_NODES, MAX_STR
 
@@ -48,6 +49,14 @@ def safe(name: str, limit=40) -> str:
 class Graph:
     """A forward (or backward) graph read from plain data, checked, with its group tree and its edges both ways."""
 
+    groups: dict[str, dict[str, Any]]               # group id -> its record
+    kids: dict[str, list[str]]
+    nodes: dict[str, dict[str, Any]]                # node id -> its record
+    order: list[str]
+    ins: dict[str, list[str]]
+    outs: dict[str, list[str]]
+    members: dict[str, list[str]]
+
     def __init__(self, data, part: str = "forward"):
         if not isinstance(data, dict):
             raise Unreadable("the graph is not a dict")
@@ -57,11 +66,11 @@ class Graph:
             raise Unreadable(f"the graph has no {part} part")
         nodes, edges = body.get("nodes"), body.get("edges")
         if not isinstance(groups, list) or len(groups) > MAX_GROUPS:
-            raise Unreadable("groups is not a list of at most %d" % MAX_GROUPS)
+            raise Unreadable(f"groups is not a list of at most {MAX_GROUPS}")
         if not isinstance(nodes, list) or len(nodes) > MAX_NODES:
-            raise Unreadable("nodes is not a list of at most %d" % MAX_NODES)
+            raise Unreadable(f"nodes is not a list of at most {MAX_NODES}")
         if not isinstance(edges, list) or len(edges) > MAX_EDGES:
-            raise Unreadable("edges is not a list of at most %d" % MAX_EDGES)
+            raise Unreadable(f"edges is not a list of at most {MAX_EDGES}")
         self.root = _s(data.get("root"), "root", 80, "?")
         self.groups = {"": {"id": "", "path": "", "type": self.root, "qualname": self.root, "library": False,
                             "parent": None, "module": ""}}
@@ -209,7 +218,7 @@ def _block(G: Graph, b: str) -> dict:
             return ("op", n)
         return ("unit", G.child_of(b, node["group"]))
 
-    ext = {}                                       # unit -> nodes outside it that it reads, in order
+    ext: dict[str, list[str]] = {}                 # unit -> nodes outside it that it reads, in order
     for n in G.order:
         if n in inside and G.nodes[n]["group"] != b:
             c = G.child_of(b, G.nodes[n]["group"])
@@ -289,7 +298,8 @@ def analyse(G: Graph) -> dict:
     top = [g for g in sorted(G.groups, key=lambda g: min((G.index[n] for n in G.members[g]), default=1 << 40))
            if G.role(g) == "block" and not any(G.role(a) == "block" for a in above(G, g))]
     top = [""] if G.role("") == "block" else top
-    a = {"blocks": [_block(G, b) for b in top[:MAX_BLOCKS]], "n_blocks": len(top), "is_block": top == [""]}
+    a: dict[str, Any] = {"blocks": [_block(G, b) for b in top[:MAX_BLOCKS]], "n_blocks": len(top),
+                         "is_block": top == [""]}
     top = top[:MAX_BLOCKS]
     outs = [i for n in G.order if G.nodes[n]["kind"] == "output" for i in G.ins[n]]
     a["out"] = outs[0] if outs else None
@@ -301,6 +311,7 @@ def analyse(G: Graph) -> dict:
     a["shared"] = [(i, j) for i in range(len(top)) for j in range(i + 1, len(top))
                    if modules[i] == modules[j] or params[i] & params[j]]
     first = a["blocks"][0].get("x_in")
+    path: list[str]
     path, cur = [], first
     a["positions"] = a["scaled"] = False
     while cur is not None and len(path) < 64:

@@ -63,6 +63,7 @@ def cap_outputs(outputs: list, max_chars: int, max_bytes: int, max_outputs: int,
     at most `max_bytes`: a text past its budget is cut and ends the cell's outputs, any other output too large is
     replaced by a note.  `total`: how many outputs there were before an earlier cut (default: `len(outputs)`)."""
     total = max(total or 0, len(outputs))
+    kept: list
     kept, chars, held = [], 0, 0
     for i, out in enumerate(outputs):
         if len(kept) >= max_outputs or held >= max_bytes:
@@ -127,7 +128,7 @@ class Child:
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
             if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired("kernel", timeout)
+                raise subprocess.TimeoutExpired("kernel", timeout)  # type: ignore[arg-type]  # set with the deadline
             time.sleep(0.01)
         return self.returncode
 
@@ -164,10 +165,10 @@ def fork_kernel() -> Child:
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1):                  # not the grader's pipes (stderr, the sandbox's log, is kept)
             os.dup2(devnull, fd)
-        for fd in os.listdir("/proc/self/fd"):
-            if int(fd) > 2:
+        for entry in os.listdir("/proc/self/fd"):
+            if int(entry) > 2:
                 with contextlib.suppress(OSError):
-                    os.close(int(fd))
+                    os.close(int(entry))
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
@@ -194,7 +195,7 @@ def adopt(first: Child):
         self.cwd = kwargs.get("cwd") or os.getcwd()
         return self.connection_info
 
-    LocalProvisioner.launch_kernel = launch_kernel
+    LocalProvisioner.launch_kernel = launch_kernel  # type: ignore[method-assign]
 
 
 def main():
@@ -231,8 +232,8 @@ def main():
             except CellTimeoutError:
                 ended = error_output("TimeoutError", UNFINISHED.format(timeout))
             except DeadKernelError:
-                ended = error_output("DeadKernelError", "this cell ended the Python process (sys.exit, os._exit, or out "
-                                                        "of memory); the cells after it ran in a fresh one")
+                ended = error_output("DeadKernelError", "this cell ended the Python process (sys.exit, os._exit, "
+                                                        "or out of memory); the cells after it ran in a fresh one")
                 run_sync(client.km.restart_kernel)(now=True)
                 client.kc.stop_channels()
                 client.kc = client.km.client()

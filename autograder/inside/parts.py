@@ -29,6 +29,8 @@ def _plain(x):
 class _Call:
     """One call of a part: its state and arguments, with every tensor in one flat list for autograd."""
 
+    tensors: list
+
     def __init__(self, part: Part, state: dict, args, kwargs):
         self.part, self.tensors, self.as_tuple = part, [], False
         self.state = {k: self._take(v) for k, v in state.items()}

@@ -42,19 +42,20 @@ def trace(module, *example_inputs, **kwargs) -> dict:
     try:
         with _quiet():
             ep = torch.export.export(module, tuple(example_inputs), dict(kwargs), strict=False)
-    except Exception as e:  # the learner's forward, whatever it raises, is reported, never re-raised
+    except Exception as e:  # noqa: BLE001 - the learner's forward, whatever it raises, is reported, never re-raised
         return {**root, "error": _why(e)}
     g = {**root, **_forward(ep, module)}
     try:
         with _quiet():
             g["backward"] = _backward(ep, module, example_inputs, kwargs, g)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the learner's backward too: reported, never re-raised
         g["backward"] = {"error": f"no backward graph: {type(e).__name__}: {str(e)[:MAX_STR]}"}
     return g
 
 
 def example(name: str, **overrides):
-    """(constructor args, constructor kwargs, forward args, forward kwargs) of the default example for a contract name."""
+    """(constructor args, constructor kwargs, forward args, forward kwargs) of the default example for a contract
+    name."""
     import torch
 
     if name not in EXAMPLES:
@@ -82,7 +83,7 @@ def trace_named(namespace: dict, name: str, **overrides) -> dict:
     try:
         torch.manual_seed(0)
         module = namespace[name](*args, **kw)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 - the learner's constructor, whatever it raises, is reported
         return {"format": FORMAT, "root": name, "error": f"{name}({', '.join(map(str, args))}) raised "
                                                          f"{type(e).__name__}: {str(e)[:MAX_STR]}"}
     return trace(module, *fargs, **fkw)
@@ -172,7 +173,7 @@ def _forward(ep, module) -> dict:
             node["code"] = code
         nodes.append(node)
         edges += [[a.name, n.name] for a in _node_args(n)]
-    first_user = {}
+    first_user: dict[str, str] = {}
     for src, dst in edges:
         first_user.setdefault(src, dst)
     by_id = {node["id"]: node for node in nodes}
@@ -304,6 +305,9 @@ def _backward(ep, module, inputs, kwargs, g) -> dict:
         out, flat, leaves, made = run(False)
     fwd = {n["id"]: n for n in g["nodes"]}
     roots = [t.grad_fn for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    ids: dict
+    nodes: list[dict]
+    queue: deque
     ids, nodes, edges, queue = {}, [], [], deque()
 
     def visit(fn, group):

@@ -88,12 +88,12 @@ def make_inputs(specs: list[dict], seed: int) -> list:
     for spec in specs:
         dtype = getattr(torch, spec.get("dtype", "float32"))
         if spec["kind"] == "randn":
-            t = torch.randn(spec["shape"], generator=g, dtype=torch.float32, **where).to(dtype)
+            t = torch.randn(spec["shape"], generator=g, dtype=torch.float32, **where).to(dtype)  # type: ignore[call-overload]
         elif spec["kind"] == "tokens":
-            t = torch.randint(0, spec["high"], spec["shape"], generator=g, **where)
+            t = torch.randint(0, spec["high"], spec["shape"], generator=g, **where)  # type: ignore[call-overload]
         elif spec["kind"] == "causal":
             n = spec["shape"][-1]
-            t = torch.ones(n, n, dtype=torch.bool, **where).tril()
+            t = torch.ones(n, n, dtype=torch.bool, **where).tril()  # type: ignore[call-overload]
         else:
             raise ValueError(f"unknown input kind {spec['kind']}")
         args.append(t)
@@ -184,7 +184,8 @@ class Worker:
 
         inputs, outs, need = self.graphs.pop(req["grad_id"])
         pairs = [(o, g.to(o.device)) for o, g in zip(outs, req["grads"]) if g is not None and o.requires_grad]
-        got = torch.autograd.grad([o for o, _ in pairs], inputs, [g for _, g in pairs], allow_unused=True) if pairs else []
+        got = (torch.autograd.grad([o for o, _ in pairs], inputs, [g for _, g in pairs], allow_unused=True)
+               if pairs else [])
         grads, it = [], iter(got)
         for wants in need:
             grads.append(next(it, None) if wants else None)

@@ -48,4 +48,5 @@ def mathjax_source() -> Path:
     if spec is None:
         raise GraderFault("the feedback's MathJax comes from the sphinx-mathjax-offline package, which this Python "
                           "lacks (requirements.txt installs it)")
+    assert spec.origin is not None                # a package with an __init__.py
     return Path(spec.origin).parent / "static" / "mathjax"

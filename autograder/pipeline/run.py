@@ -8,6 +8,7 @@ import contextlib
 import json
 import re
 import time
+from typing import Any
 
 import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
@@ -64,7 +65,7 @@ _kernels = _Kernels()
 def last_learner(pre, resources) -> bool:
     """Whether nbgrader grades no submission after this one in this run: the converter (the preprocessor's
     exporter's parent) grades the submission folders it found in sorted order. False when that cannot be read."""
-    converter = getattr(getattr(pre, "parent", None), "parent", None)
+    converter: Any = getattr(getattr(pre, "parent", None), "parent", None)
     try:
         folders = sorted(converter.assignments)
         cd = converter.coursedir
@@ -118,7 +119,8 @@ class SandboxedExecute(NbGraderPreprocessor):
             self.log.warning("%s (%s); the sandbox's stderr:\n%s", problem, _ended(run, wall), quoted(run.stderr))
             first_code = next((c for c in nb.cells if c.cell_type == "code"), None)
             if first_code is not None:
-                first_code.outputs.insert(0, note(f"[grader] {problem}; the outputs below are those recorded before.\n"))
+                first_code.outputs.insert(0, note(f"[grader] {problem}; the outputs below are those recorded "
+                                                  "before.\n"))
         nb.metadata[RECORD] = {**record(nb), "protections": {name: ok for name, ok in sb.protections.items()},
                                "execute_s": round(time.time() - started, 3)}
         sanitize(nb)
@@ -136,7 +138,7 @@ class SandboxedExecute(NbGraderPreprocessor):
         for line in lines:
             if done == code:
                 break
-            msg = _json(line) if len(line) <= longest else None
+            msg: Any = _json(line) if len(line) <= longest else None
             try:
                 index, raw = int(msg["index"]), msg["outputs"]
                 if index not in code or index in done or not isinstance(raw, list):

@@ -66,7 +66,8 @@ def structure_output(st: dict):
         text = (f"Your {st.get('name')}'s structure differs from the course's: " + "; ".join(found) if found
                 else f"Your {st.get('name')} has the course's structure.")
         items = "".join(f"<li>{html.escape(d)}</li>" for d in found)
-        body = (f"<ul>{items}</ul>" if found else "<p>The same structure as the course's.</p>") + str(st.get("html", ""))
+        body = ((f"<ul>{items}</ul>" if found else "<p>The same structure as the course's.</p>")
+                + str(st.get("html", "")))
     page = (f'<div class="grader-structure"><p><strong>Your {name} drawn beside the course\'s</strong> (for you to '
             f"read; the points come from the hidden tests)</p>{body}</div>")
     return nbformat.v4.new_output("display_data", data={"text/plain": text, "text/html": page})

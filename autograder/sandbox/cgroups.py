@@ -28,7 +28,7 @@ PARENT = "grader-sandboxes"
 
 def _own_paths() -> dict[str, str]:
     """controller -> this process's cgroup path in it ("" for the v2 hierarchy)."""
-    paths = {}
+    paths: dict[str, str] = {}
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
@@ -197,7 +197,8 @@ class Cgroup:
             os.write(fd, b"reset")
         except OSError as e:
             os.close(fd)
-            raise OSError(e.errno, "this kernel cannot reset a cgroup v2 memory peak (it needs Linux 6.12 or later)")
+            raise OSError(e.errno,
+                          "this kernel cannot reset a cgroup v2 memory peak (it needs Linux 6.12 or later)") from e
         self._peak_fd = fd
 
     def _close_peak(self):

@@ -124,10 +124,10 @@ def _worker(req: dict, stdio: list[int]):
     _call("prctl", PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     for i, fd in enumerate(stdio):
         os.dup2(fd, i)
-    for fd in os.listdir("/proc/self/fd"):       # the sandbox's /proc: this process is in its PID namespace
-        if int(fd) > 2:
+    for entry in os.listdir("/proc/self/fd"):    # the sandbox's /proc: this process is in its PID namespace
+        if int(entry) > 2:
             try:
-                os.close(int(fd))
+                os.close(int(entry))
             except OSError:
                 pass
     problem = credentials_problem()
@@ -243,6 +243,11 @@ class Forked:
     host), `stdin`, `stdout`, `poll`, `wait`, `kill`.  Its exit status comes on the status pipe; when that closes
     without one, the request process was killed with the sandbox, and so was the worker."""
 
+    args: list
+    returncode: int | None
+    stderr: object                                  # None, or what the sandbox reads its stderr from
+    _pidfd: int | None
+
     def __init__(self, pid: int, stdin, stdout, status: int):
         self.pid, self.stdin, self.stdout, self.stderr = pid, stdin, stdout, None
         self.args, self.returncode, self._status, self._buf = [], None, status, b""
@@ -281,7 +286,7 @@ class Forked:
         while self.returncode is None:
             left = 1.0 if deadline is None else deadline - time.monotonic()
             if left <= 0:
-                raise subprocess.TimeoutExpired(self.args, timeout)
+                raise subprocess.TimeoutExpired(self.args, timeout)  # type: ignore[arg-type]  # set with the deadline
             self._read(min(left, 1.0))
         return self.returncode
 
@@ -333,6 +338,7 @@ class ForkServer:
         self.path = str(folder / f"forkserver-{os.getpid()}-{uuid.uuid4().hex[:8]}.sock")
         self.proc = subprocess.Popen([python, os.path.abspath(__file__), self.path, *modules], env=env, cwd=folder,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+        assert self.proc.stdout is not None             # a pipe
         if first_line(self.proc.stdout.fileno(), timeout) != "ready":
             self.close()
             raise OSError("the fork server did not start (its stderr is in the grading log)")

@@ -141,17 +141,19 @@ def _trusted_env(extra: dict) -> dict:
 
 
 class SuiteServer:
-    """The client of a warm suite process (autograder.verdict.suite_server), started on first use, ended with this process."""
+    """The client of a warm suite process (autograder.verdict.suite_server), started on first use, ended with this
+    process."""
 
     def __init__(self, settings: config.Settings):
         self.log = tempfile.NamedTemporaryFile(prefix="grader-suite-server-", suffix=".log", delete=False)
         env = _trusted_env(settings.to_env())
-        self.proc = subprocess.Popen([sys.executable, "-m", "autograder.verdict.suite_server"], cwd=ROOT, env=env, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
+        self.proc = subprocess.Popen([sys.executable, "-m", "autograder.verdict.suite_server"], cwd=ROOT, env=env,
+                                     text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
         atexit.register(self.close)
 
     def tell(self, req: dict) -> bool:
         """Send one request that has no reply; whether it was sent."""
+        assert self.proc.stdin is not None                  # a pipe
         try:
             self.proc.stdin.write(json.dumps(req) + "\n")
             self.proc.stdin.flush()
@@ -164,6 +166,7 @@ class SuiteServer:
         try:
             if not self.tell(req):
                 return None
+            assert self.proc.stdout is not None             # a pipe
             line = self.proc.stdout.readline()
             return json.loads(line) if line else None
         except (OSError, ValueError):
@@ -217,9 +220,10 @@ def run_suite(assignment: str, cells: list[dict], settings: config.Settings, dea
             env = _trusted_env(suite_env)
             with open(log, "wb") as logf:
                 try:
-                    r = subprocess.run([sys.executable, "-m", "autograder.verdict.hidden", assignment, str(out)], cwd=ROOT,
-                                       env=env, stdout=logf, stderr=subprocess.STDOUT, timeout=timeout,
-                                       stdin=subprocess.DEVNULL, preexec_fn=functools.partial(limit_trusted_memory, settings.trusted_memory))
+                    r = subprocess.run([sys.executable, "-m", "autograder.verdict.hidden", assignment, str(out)],
+                                       cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT, timeout=timeout,
+                                       stdin=subprocess.DEVNULL,
+                                       preexec_fn=functools.partial(limit_trusted_memory, settings.trusted_memory))
                     code = r.returncode
                 except subprocess.TimeoutExpired:
                     code = None
@@ -240,7 +244,7 @@ def run_suite(assignment: str, cells: list[dict], settings: config.Settings, dea
 def score(records: list[dict], graded: dict[str, float], findings: static.Report | None = None) -> dict[str, Verdict]:
     verdicts = {gid: Verdict(gid, pts) for gid, pts in graded.items()}
     for rec in records:
-        v = verdicts.get(rec.get("cell"))
+        v = verdicts.get(rec.get("cell"))  # type: ignore[arg-type]  # no cell: no verdict
         if v is not None:
             v.checks.append(Check(rec["label"], rec["weight"], rec["passed"], rec.get("diagnosis"),
                                   bool(rec.get("together"))))

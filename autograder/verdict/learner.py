@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 from autograder import config
 from autograder.inside.protocol import ProtocolError, read_message, write_message
@@ -143,7 +144,8 @@ class Learner:
             if not (self.spawned and self.alive()):
                 self.spawn()
             self.spawned = False
-            write_message(self.proc.stdin.fileno(), {"cells": [c for c in self.cells if c["id"] not in self.broken_cells]})
+            write_message(self.proc.stdin.fileno(),
+                          {"cells": [c for c in self.cells if c["id"] not in self.broken_cells]})
             loading = None
             try:
                 while True:
@@ -215,6 +217,7 @@ class Learner:
             return None
 
     def _read(self, timeout: float, during: str):
+        assert self.proc is not None and self.proc.stdout is not None       # a worker was started
         try:
             return read_message(self.proc.stdout.fileno(), time.monotonic() + timeout,
                                 max_payload=self.settings.max_frame_bytes)
@@ -243,7 +246,7 @@ class Learner:
     def stderr_tail(self, limit: int = 16 << 10) -> str:
         """The end of what the worker wrote to stderr before learner code ran (its imports, its start)."""
         try:
-            with open(self.sandbox.dir / "worker.stderr", "rb") as f:
+            with open(self.sandbox.dir / "worker.stderr", "rb") as f:  # type: ignore[union-attr]  # None: caught
                 f.seek(0, 2)
                 f.seek(max(0, f.tell() - limit))
                 return f.read().decode("utf-8", "replace")
@@ -261,6 +264,7 @@ class Learner:
         accounting (processes that ended or were killed included)."""
         if self.proc is None:
             self.start()
+        assert self.proc is not None and self.sandbox is not None           # started
         cpu = self.sandbox.cpu_seconds()
         if cpu is not None:
             return cpu
@@ -282,6 +286,7 @@ class Learner:
                 f.write("5")
 
     def _memory_held(self) -> int:
+        assert self.sandbox is not None                                      # a worker was started
         held = self.sandbox.memory_held()
         if held is not None:
             return held
@@ -297,6 +302,7 @@ class Learner:
 
     def memory_now_and_peak(self) -> tuple[int, int]:
         """(bytes now, peak bytes since the last reset) of the worker's sandbox."""
+        assert self.sandbox is not None                                      # a worker was started
         reading = self.sandbox.memory()
         if reading is not None:
             return reading
@@ -305,11 +311,12 @@ class Learner:
 
     def _proc_status(self) -> dict[str, int]:
         """The worker process's memory fields of /proc/<pid>/status, in bytes (the fallback without a cgroup)."""
+        assert self.proc is not None                                         # a worker was started
         with open(f"/proc/{_worker_pid(self.proc.pid)}/status") as f:
             fields = dict(line.split(":", 1) for line in f if ":" in line)
         return {k: int(v.split()[0]) * 1024 for k, v in fields.items() if v.strip().endswith(" kB")}
 
-    def gpu_memory_peak(self, request) -> tuple[object, int]:
+    def gpu_memory_peak(self, request) -> tuple[Any, int]:
         """Run `request()` and return (its result, the GPU bytes it took beyond what the worker held at its start).
 
         The driver's reading, from outside: what the sandbox's processes hold on the GPU, polled from this process
@@ -323,6 +330,7 @@ class Learner:
 
         self.request({"op": "release"}, what="(GPU memory)")
         before = allocator_reading(reset=True).get("current", 0)
+        assert self.sandbox is not None                                      # started by the requests
         poller = _DriverPoller(self.sandbox.pids)
         with poller:
             result = request()
@@ -346,6 +354,7 @@ class Learner:
         name = req.get("name")
         if name in self.broken_cells:
             raise WorkerDied(f"the cell that defines {name} could not be loaded: {self.broken_cells[name]}")
+        assert self.proc is not None and self.proc.stdin is not None        # started
         try:
             write_message(self.proc.stdin.fileno(), req)
         except (BrokenPipeError, OSError):
@@ -374,9 +383,9 @@ class Learner:
             self._die()
             raise WorkerDied("your code interfered with the grader's messages")
         if "error" in resp:
-            e = resp["error"] if isinstance(resp["error"], dict) else {}
-            raise LearnerError(str(e.get("type"))[:100], [str(c)[:100] for c in list(e.get("mro", []))[:50]],
-                               str(e.get("message", ""))[:2000], str(e.get("traceback", ""))[:4000])
+            err = resp["error"] if isinstance(resp["error"], dict) else {}
+            raise LearnerError(str(err.get("type"))[:100], [str(c)[:100] for c in list(err.get("mro", []))[:50]],
+                               str(err.get("message", ""))[:2000], str(err.get("traceback", ""))[:4000])
         return resp
 
     @contextlib.contextmanager
@@ -422,7 +431,7 @@ class Learner:
     def twice(self, name: str, *args, handle: int | None = None, **kwargs) -> dict:
         """Call `name` (or a module handle's forward) twice on the same argument objects in one request:
         {"first", "second", "args_after"}."""
-        req = {"op": "call_twice", "name": name, "args": list(args), "kwargs": kwargs}
+        req: dict[str, Any] = {"op": "call_twice", "name": name, "args": list(args), "kwargs": kwargs}
         if handle is not None:
             req["handle"] = handle
         ok = self.request(req, what=f"{name}()")["ok"]

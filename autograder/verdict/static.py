@@ -153,8 +153,8 @@ def _scan(tree: ast.AST, aliases: _Aliases, cell: str) -> tuple[list[Finding], l
                     constant = isinstance(node.args[1], ast.Constant)
                     if target and (fname in ("setattr", "delattr") or not constant):
                         flag(node, f"{fname}() on {target}" + ("" if constant else " with a computed name"))
-                    if target and fname == "getattr" and constant and _library_path(f"{target}.{node.args[1].value}"):
-                        library.append(Finding(cell, line, f"{target}.{node.args[1].value}"))
+                    if target and fname == "getattr" and constant and _library_path(f"{target}.{node.args[1].value}"):  # type: ignore[attr-defined]
+                        library.append(Finding(cell, line, f"{target}.{node.args[1].value}"))  # type: ignore[attr-defined]
                 continue
             if isinstance(node, ast.Attribute):
                 if node.attr in SUSPICIOUS_ATTRS:

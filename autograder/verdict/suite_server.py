@@ -147,6 +147,7 @@ def _child(read_fd: int, shared: dict, env: dict, assignment: str):
     os.environ.update({k: v for k, v in env.items() if k != "GRADER_DEADLINE"})
     os.environ.pop("GRADER_DEADLINE", None)
     learner.DRIVER_READINGS = True         # this process measures the learner's GPU memory (see main)
+    worker: learner.Learner | None
     worker = learner.Learner([], role="learner", preload=preload(assignment))
     try:
         worker.spawn()

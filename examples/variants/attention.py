@@ -179,7 +179,8 @@ VARIANTS = [
         "    weights = torch.nan_to_num(weights, nan=0.0)\n", "")},
         {"scaled_dot_product_attention_tests": "rows with every key masked give NaN"},
         "the softmax of a row that is all -inf is left as NaN"),
-    Bug("sdpa_no_max_subtracted", {"scaled_dot_product_attention": '''def scaled_dot_product_attention(q, k, v, mask=None):
+    Bug("sdpa_no_max_subtracted", {"scaled_dot_product_attention":
+                                   '''def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     e = torch.exp(scores)
     if mask is not None:
@@ -193,7 +194,8 @@ VARIANTS = [
         "True taken as blocked; a right MultiHeadAttention using it loses only its test with the learner's own parts",
         together={"MultiHeadAttention_tests": "fix part 1 (scaled_dot_product_attention) first"}),
     Bug("causal_no_diagonal", {"causal_mask": "def causal_mask(seq_len, device=None):\n"
-                                              "    return torch.ones(seq_len, seq_len, device=device).tril(-1).bool()\n"},
+                                              "    return torch.ones(seq_len, seq_len, device=device)"
+                                              ".tril(-1).bool()\n"},
         {"causal_mask_tests": "the diagonal must be True"}),
     Bug("mha_heads_mixed", {"MultiHeadAttention": MHA_EINSUM.replace(
         '''        q = self.q_proj(query).unflatten(-1, (self.h, -1))      # (B, Lq, H, dh)

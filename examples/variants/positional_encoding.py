@@ -91,8 +91,10 @@ VARIANTS = [
                                                        "c, s = torch.cos(theta), -torch.sin(theta)")},
         {"rope_tests": "the rotation goes the wrong way"}),
     Bug("rope_in_place", {"rope": ROPE_MATRIX.replace("out = x.clone()", "out = x").replace(
-        "    out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s\n    out[..., 1::2] = x[..., 0::2] * s + x[..., 1::2] * c\n",
-        "    a, b = x[..., 0::2].clone(), x[..., 1::2].clone()\n    out[..., 0::2] = a * c - b * s\n    out[..., 1::2] = a * s + b * c\n")},
+        "    out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s\n"
+        "    out[..., 1::2] = x[..., 0::2] * s + x[..., 1::2] * c\n",
+        "    a, b = x[..., 0::2].clone(), x[..., 1::2].clone()\n"
+        "    out[..., 0::2] = a * c - b * s\n    out[..., 1::2] = a * s + b * c\n")},
         {"rope_tests": "modifies its input"}),
     Bug("alibi_slope_from_one", {"alibi_bias": ALIBI_LOOP.replace("start ** (h + 1)", "start ** h")},
         {"alibi_bias_tests": "use h + 1 in the exponent"}),

@@ -80,7 +80,8 @@ BLOCK_STREAM_NAMES = '''class TransformerBlock(nn.Module):
 '''
 
 VARIANTS = [
-    Correct("rsqrt_and_modules", {"LayerNorm": LN_RSQRT, "FeedForward": FF_MODULES, "TransformerBlock": BLOCK_TORCH_STYLE},
+    Correct("rsqrt_and_modules",
+            {"LayerNorm": LN_RSQRT, "FeedForward": FF_MODULES, "TransformerBlock": BLOCK_TORCH_STYLE},
             "torch.var(unbiased=False) with rsqrt, nn.ReLU as a module, a helper for the attention sublayer"),
     Correct("centred_sums_and_named_stream", {"LayerNorm": LN_CENTRED, "TransformerBlock": BLOCK_STREAM_NAMES},
             "mean and variance from sums, the residual stream named resid_pre / resid_mid / resid_post"),
@@ -106,7 +107,8 @@ VARIANTS = [
         {"TransformerBlock_tests": "residual is missing around the attention"}),
     Bug("block_mask_ignored", {"TransformerBlock": BLOCK_TORCH_STYLE.replace("self.attn(x, x, x, mask=mask)",
                                                                              "self.attn(x, x, x)")},
-        {"TransformerBlock_tests": "the mask is not passed to the attention"}, "mask is an argument of forward, never used"),
+        {"TransformerBlock_tests": "the mask is not passed to the attention"},
+        "mask is an argument of forward, never used"),
     Bug("block_in_place", {"TransformerBlock": '''class TransformerBlock(nn.Module):
     def __init__(self, d_model, n_heads, d_ff, norm_first=True):
         super().__init__()

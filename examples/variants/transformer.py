@@ -81,7 +81,8 @@ VARIANTS = [
         {"TinyTransformer_tests": "looks ahead"}, "the blocks see the whole sequence"),
     Bug("embeddings_scaled", {"TinyTransformer": TINY_NANOGPT.replace(
         "x = self.tok_emb(tokens) + pos", "x = self.tok_emb(tokens) * math.sqrt(self.d_model) + pos")},
-        {"TinyTransformer_tests": "unscaled"}, "Vaswani et al.'s sqrt(d_model) factor, which drowns the positions here"),
+        {"TinyTransformer_tests": "unscaled"},
+        "Vaswani et al.'s sqrt(d_model) factor, which drowns the positions here"),
     Bug("logits_transposed", {"TinyTransformer": TINY_NANOGPT.replace("return self.lm_head(x)",
                                                                       "return self.lm_head(x).transpose(1, 2)")},
         {"TinyTransformer_tests": "(B, vocab_size, T)"}, "the layout F.cross_entropy wants, returned from forward"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+from typing import cast
 
 import torch
 
@@ -105,7 +106,7 @@ def leaves_inputs(result: dict, sent: list, what: str, hint: str = "compute on a
     inputs in place gives a different second answer."""
     first, second, after = result.get("first"), result.get("second"), result.get("args_after")
     check(isinstance(after, list) and len(after) == len(sent), f"{what}: the grader could not read its arguments back")
-    for i, (b, a) in enumerate(zip(sent, after)):
+    for i, (b, a) in enumerate(zip(sent, cast(list, after))):     # a list: checked above
         if isinstance(b, torch.Tensor):
             name = names[i] if names and i < len(names) else f"its input (argument {i + 1})"
             check(isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b),
@@ -171,7 +172,7 @@ def speed_ratios(learner_target: Target, reference_target: Target, inputs: list[
                  attempts: int = 3) -> tuple[list[float], str | None]:
     """(the ratios measured, the mismatch of a wrong output if any), by the rule of `fast_enough`."""
     factor = factor or speed_factor()
-    ratios = []
+    ratios: list[float] = []
     for _ in range(attempts):
         result = compare(learner_target, reference_target, inputs, kwargs=kwargs, calls=calls,
                          same_output=same_output, limit=factor)
@@ -199,7 +200,8 @@ def fast_enough(learner_target: Target, reference_target: Target, inputs: list[d
     if min(ratios) <= factor:
         return
     best = f"the best of {len(ratios)} measurements" if len(ratios) > 1 else "far over it, so measured once"
-    raise Diagnosis(f"{what} takes {min(ratios):.1f}x the time of the reference solution (allowed {factor:g}x; {best}): "
+    raise Diagnosis(f"{what} takes {min(ratios):.1f}x the time of the reference solution (allowed {factor:g}x; "
+                    f"{best}): "
                     "vectorise it -- a Python loop over positions or heads is slow; let torch work on whole tensors")
 
 

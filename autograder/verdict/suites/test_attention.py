@@ -78,7 +78,8 @@ def oracle_mha(state, n_heads, query, key=None, value=None, mask=None, bias=True
     B, Lq, D = query.shape
     attn_mask = None
     if mask is not None:       # torch's attn_mask: True = blocked, shape (Lq, Lk) or (B * n_heads, Lq, Lk)
-        attn_mask = ~mask if mask.dim() == 2 else (~mask).expand(B, n_heads, Lq, key.shape[1]).reshape(-1, Lq, key.shape[1])
+        attn_mask = (~mask if mask.dim() == 2
+                     else (~mask).expand(B, n_heads, Lq, key.shape[1]).reshape(-1, Lq, key.shape[1]))
     with torch.no_grad():
         return torch_mha(state, D, n_heads, bias, prefix)(query.double(), key.double(), value.double(),
                                                           attn_mask=attn_mask, need_weights=False)[0]
@@ -168,7 +169,8 @@ def sdpa(learner, *args, what="scaled_dot_product_attention(q, k, v)"):
 def test_sdpa_shapes(learner):
     """returns (out, weights) of shapes (..., Lq, dv) and (..., Lq, Lk) with batch and head dimensions"""
     q, k, v = randn(2, 3, 5, 8, seed=1), randn(2, 3, 7, 8, seed=2), randn(2, 3, 7, 6, seed=3)
-    out, w = sdpa(learner, q, k, v, what="scaled_dot_product_attention(q, k, v) with q (2, 3, 5, 8), k (2, 3, 7, 8), v (2, 3, 7, 6)")
+    out, w = sdpa(learner, q, k, v,
+                  what="scaled_dot_product_attention(q, k, v) with q (2, 3, 5, 8), k (2, 3, 7, 8), v (2, 3, 7, 6)")
     tensor(out, "out", shape=(2, 3, 5, 6), dtype=torch.float32)
     tensor(w, "weights", shape=(2, 3, 5, 7), dtype=torch.float32)
 
@@ -220,7 +222,8 @@ def test_sdpa_mask(learner):
         inverted_msg = "the mask is inverted: True must mean the query MAY attend to the key"
         zeroed_after = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), -1) * mask
         check((w.double().masked_fill(mask, 0) == 0).all() or torch.allclose(w, inverted[1], atol=1e-5),
-              f"with a {shape} mask, masked keys must get weight exactly 0: set their scores to -inf before the softmax")
+              f"with a {shape} mask, masked keys must get weight exactly 0: set their scores to -inf before the "
+              "softmax")
         close(w, plain_attention(q.double(), k.double(), v.double(), mask)[1], f"weights with a {shape} mask",
               "set masked scores to -inf before the softmax, so the allowed keys' weights still sum to 1",
               baseline=plain_attention(q, k, v, mask)[1], dtype=torch.float32,
@@ -307,7 +310,8 @@ def test_sdpa_leaves_inputs(learner):
 @given(Lq=st.integers(1, 9), Lk=st.integers(1, 9), d=st.integers(1, 8), seed=st.integers(0, 10_000))
 def test_sdpa_weights_are_distributions(learner, Lq, Lk, d, seed):
     """each query's weights are >= 0 and sum to 1 over the keys"""
-    q, k, v = randn(2, Lq, d, seed=seed, scale=2.0), randn(2, Lk, d, seed=seed + 1, scale=2.0), randn(2, Lk, 3, seed=seed + 2)
+    q, k, v = (randn(2, Lq, d, seed=seed, scale=2.0), randn(2, Lk, d, seed=seed + 1, scale=2.0),
+               randn(2, Lk, 3, seed=seed + 2))
     mask = random_mask(2, Lq, Lk, seed=seed + 3)
     _, w = sdpa(learner, q, k, v, mask, what=f"scaled_dot_product_attention with Lq = {Lq}, Lk = {Lk}")
     w = tensor(w, "weights", shape=(2, Lq, Lk)).double()
@@ -449,8 +453,10 @@ def test_mha_cross_attention(learner):
     """cross-attention with Lq != Lk, and value defaulting to key"""
     proxy, state = mha(learner, 36, 4, seed=2)
     query, key, value = randn(2, 5, 36, seed=31), randn(2, 9, 36, seed=32), randn(2, 9, 36, seed=33)
-    close(proxy(query, key, value), oracle_mha(state, 4, query, key, value), "MultiHeadAttention(36, 4)(query, key, value)",
-          "queries come from `query`, keys from `key`, values from `value`", baseline=plain_mha(state, 4, query, key, value),
+    close(proxy(query, key, value), oracle_mha(state, 4, query, key, value),
+          "MultiHeadAttention(36, 4)(query, key, value)",
+          "queries come from `query`, keys from `key`, values from `value`",
+          baseline=plain_mha(state, 4, query, key, value),
           dtype=torch.float32, mistakes={
               **mha_mistakes(state, 4, query, key, value),
               "keys and values are projected from `query`; use `key` and `value` when they are given":
@@ -470,7 +476,8 @@ def test_mha_mask(learner):
               f"MultiHeadAttention with a {shape} mask", "pass the mask to every head's attention",
               baseline=plain_mha(state, 6, query, key, mask=mask), dtype=torch.float32,
               mistakes={"the mask is inverted: True must mean may attend": plain_mha(state, 6, query, key, mask=~mask),
-                        "the mask is ignored: pass it to scaled_dot_product_attention": plain_mha(state, 6, query, key)})
+                        "the mask is ignored: pass it to scaled_dot_product_attention":
+                            plain_mha(state, 6, query, key)})
 
 
 @MHA
@@ -523,7 +530,8 @@ def test_mha_with_your_attention(learner, course):
     mask = random_mask(6, 9, seed=46)
     together(learner, course(A), ["scaled_dot_product_attention"],
              lambda: close(proxy(x, key, mask=mask), oracle_mha(state, 4, x, key, mask=mask),
-                           "MultiHeadAttention(32, 4)(query, key, mask)", baseline=plain_mha(state, 4, x, key, mask=mask),
+                           "MultiHeadAttention(32, 4)(query, key, mask)",
+                           baseline=plain_mha(state, 4, x, key, mask=mask),
                            dtype=torch.float32),
              "MultiHeadAttention", "fix part 1 (scaled_dot_product_attention) first")
 
@@ -576,8 +584,8 @@ def check_blockwise(learner, q, k, v, causal, block_size, what, mistakes=True):
     out = learner.fn("blockwise_attention")(q, k, v, causal=causal, block_size=block_size)
     mask = causal_bool(Lq, Lk) if causal else None
     close(out, oracle_attention(q, k, v, is_causal=causal), what,
-          "online softmax: keep the running max m, sum l and output a; rescale l and a by exp(m - m') when the max grows; "
-          "return a / l", baseline=plain_attention(q, k, v, mask)[0], dtype=q.dtype,
+          "online softmax: keep the running max m, sum l and output a; rescale l and a by exp(m - m') when the max "
+          "grows; return a / l", baseline=plain_attention(q, k, v, mask)[0], dtype=q.dtype,
           mistakes=blockwise_mistakes(q, k, v, block_size, causal) if mistakes else None)
 
 
@@ -715,7 +723,8 @@ def test_blockwise_memory(learner, reference_worker):
     shape = on_device(MEMORY_SHAPE, MEMORY_GPU_SHAPE)
     L = shape[2]
     inputs, kwargs = [{"kind": "randn", "shape": shape}] * 3, {"block_size": 64}
-    warmup = [{"kind": "randn", "shape": [*shape[:2], 256, shape[3]]}] * 3   # a warm-up like a call at L, in half the time
+    # a warm-up like a call at L, in half the time
+    warmup = [{"kind": "randn", "shape": [*shape[:2], 256, shape[3]]}] * 3
     mine, ref = function_targets(learner, reference_worker(A), "blockwise_attention")
     seed = fresh_seed()
     extra, got = peak_memory(mine, inputs, kwargs, seed=seed, warmup=warmup)

@@ -83,10 +83,12 @@ def test_sinusoidal_values(learner, reference):
           f"sinusoidal_encoding({L}, {d})", "PE[p, 2i] = sin(p * base^(-2i/d_model)), PE[p, 2i+1] = cos(...)",
           baseline=plain_sinusoidal(L, d), dtype=torch.float32,
           mistakes={
-              "sin and cos are swapped: column 2i is the sine, column 2i+1 the cosine": plain_sinusoidal(L, d, swap=True),
+              "sin and cos are swapped: column 2i is the sine, column 2i+1 the cosine":
+                  plain_sinusoidal(L, d, swap=True),
               "sines and cosines must be interleaved (column 2i sin, 2i+1 cos), not concatenated halves":
                   plain_sinusoidal(L, d, halves=True),
-              "the frequency of pair i is base^(-2i/d_model): use the even index 2i, not i": plain_sinusoidal(L, d, i_not_2i=True),
+              "the frequency of pair i is base^(-2i/d_model): use the even index 2i, not i":
+                  plain_sinusoidal(L, d, i_not_2i=True),
           })
 
 
@@ -167,7 +169,8 @@ def test_rope_values(learner):
           "out[2i] = x[2i] cos - x[2i+1] sin, out[2i+1] = x[2i] sin + x[2i+1] cos",
           baseline=plain_rope(x), dtype=torch.float32,
           mistakes={
-              "the pairs are (x[2i], x[2i+1]), interleaved, not the two halves (x[i], x[i + d/2])": plain_rope(x, halves=True),
+              "the pairs are (x[2i], x[2i+1]), interleaved, not the two halves (x[i], x[i + d/2])":
+                  plain_rope(x, halves=True),
               "the rotation goes the wrong way: out[2i] = x[2i] cos - x[2i+1] sin": plain_rope(x, backwards=True),
           })
 

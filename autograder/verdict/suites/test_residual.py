@@ -121,7 +121,8 @@ def plain_block(state, H, x, mask=None, norm_first=True, mistake=None):
 
 BLOCK_MISTAKES = {
     "placement swapped": "Pre-LN/Post-LN placement swapped: with norm_first=True, x = x + attn(norm1(x)) then "
-                         "x = x + ff(norm2(x)); with norm_first=False, x = norm1(x + attn(x)) then x = norm2(x + ff(x))",
+                         "x = x + ff(norm2(x)); with norm_first=False, x = norm1(x + attn(x)) then "
+                         "x = norm2(x + ff(x))",
     "no attention residual": "the residual is missing around the attention: add its output to x (x = x + ...)",
     "no feed-forward residual": "the residual is missing around the feed-forward: add its output to x (x = x + ...)",
     "norms swapped": "norm1 and norm2 are swapped: norm1 goes with the attention, norm2 with the feed-forward",
@@ -150,7 +151,8 @@ def ln_mistakes(state, x, eps=1e-5):
     wrong = {
         "the variance is unbiased (divided by d_model - 1): LayerNorm divides by d_model":
             plain_norm(state, x, eps, unbiased=True),
-        "eps is outside the sqrt: divide by sqrt(var + eps), not sqrt(var) + eps": plain_norm(state, x, eps, eps_outside=True),
+        "eps is outside the sqrt: divide by sqrt(var + eps), not sqrt(var) + eps":
+            plain_norm(state, x, eps, eps_outside=True),
         "weight and bias are not applied: out = normalised x * weight + bias": plain_norm(state, x, eps, affine=False),
     }
     if eps != 1e-5:
@@ -395,7 +397,8 @@ def test_block_post_ln(learner):
     proxy, state = block(learner, 36, 4, 50, seed=32, norm_first=False)
     x = randn(2, 9, 36, seed=33)
     block_close(proxy(x), oracle_block(state, 4, x, norm_first=False),
-                "TransformerBlock(36, 4, 50, norm_first=False)(x)", "Post-LN: x = norm1(x + attn(x)), then x = norm2(x + ff(x))",
+                "TransformerBlock(36, 4, 50, norm_first=False)(x)",
+                "Post-LN: x = norm1(x + attn(x)), then x = norm2(x + ff(x))",
                 baseline=oracle_block(state, 4, x, norm_first=False, dtype=torch.float32),
                 mistakes=block_mistakes(state, 4, x, norm_first=False))
 

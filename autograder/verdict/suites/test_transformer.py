@@ -93,7 +93,8 @@ def _check_pasted(learner, name, course):
                 "FeedForward": ((12, 20), random_ff_state(12, 20, seed=807), lambda st: plain_ff(st, x.double()),
                                 lambda st: plain_ff(st, x)),
                 "TransformerBlock": ((12, 3, 20), random_block_state(12, 20, seed=808),
-                                     lambda st: oracle_block(st, 3, x), lambda st: oracle_block(st, 3, x, dtype=torch.float32))}
+                                     lambda st: oracle_block(st, 3, x),
+                                     lambda st: oracle_block(st, 3, x, dtype=torch.float32))}
         args, state, want, plain = made[name]
         proxy = learner.new(name, *args)
         load_state(proxy, state, name)
@@ -196,7 +197,8 @@ def course_weights(mine: dict, ref: dict, vocab: int, d: int, n_layers: int) -> 
         else:
             rest.append(key)
     layers = next(iter(blocks.values()), {})
-    check(len(blocks) == 1 and sorted(layers) == list(range(n_layers)) and all(v == BLOCK_NAMES for v in layers.values()),
+    check(len(blocks) == 1 and sorted(layers) == list(range(n_layers))
+          and all(v == BLOCK_NAMES for v in layers.values()),
           f"TinyTransformer(..., n_layers={n_layers}) should hold {n_layers} of your TransformerBlock (attn, ff, "
           "norm1, norm2) in one nn.ModuleList, but its parameters are "
           + ", ".join(sorted({re.sub(r"\.\d+\.", ".<i>.", k) for k in mine})[:12]))
@@ -234,7 +236,7 @@ def load_course_weights(model, ref_model, norm_first: bool = True):
 
 def shared_blocks(back: dict, loaded: dict):
     """Layers given different weights that read back the same hold one block: say so."""
-    firsts = {}
+    firsts: dict[str, list[str]] = {}
     for key in loaded:
         m = BLOCK_PARAM.match(key)
         if m:
@@ -306,7 +308,8 @@ def test_tiny_causal(learner, L, data, norm_first):
     model = small_model(learner, norm_first)
     x = tokens(2, L, seed)
     changed = x.clone()
-    changed[:, p] = (x[:, p] + 1 + torch.randint(0, SMALL["vocab_size"] - 1, (2,), generator=seeded(seed))) % SMALL["vocab_size"]
+    changed[:, p] = ((x[:, p] + 1 + torch.randint(0, SMALL["vocab_size"] - 1, (2,), generator=seeded(seed)))
+                     % SMALL["vocab_size"])
     before = logits_of(model, x, f"the output for T = {L}")
     after = logits_of(model, changed, f"the output for T = {L}")
     check(torch.allclose(before[:, :p], after[:, :p], atol=1e-5),
@@ -356,17 +359,18 @@ def test_tiny_trains(learner):
                               f"{untrained:.2f}: the hidden task is drawn when grading, and the model must learn it "
                               "from the data, not know it")
     x, y = copy_task(4096, k, seed=11)
-    model.train(x, y, steps=STEPS, batch_size=BATCH, lr=LR, seed=int(torch.randint(1 << 30, (1,), generator=seeded(904))),
+    model.train(x, y, steps=STEPS, batch_size=BATCH, lr=LR,
+                seed=int(torch.randint(1 << 30, (1,), generator=seeded(904))),
                 timeout=config.current().train_timeout)
     logits = tensor(model(xe), "the output of the trained model", shape=(1024, T, V))
     check(torch.isfinite(logits).all(), "after training, the logits contain NaN or inf: look for a division by zero or "
                                         "a -inf that reaches the output (a row of the mask that is all False?)")
     acc = accuracy(logits, ye, k)
     check(acc >= ACCURACY,
-          f"after {STEPS} steps of training, the model repeats the token {k} places back with accuracy {acc:.2f} on new "
-          f"sequences (at least {ACCURACY} expected; the course's model reaches 1.0). It stays near 0.3 when the model "
-          "cannot tell positions apart: add the sinusoidal encoding to the token embeddings (unscaled: multiplied by "
-          "sqrt(d_model), the embeddings drown the positions), and give every block the same causal mask")
+          f"after {STEPS} steps of training, the model repeats the token {k} places back with accuracy {acc:.2f} "
+          f"on new sequences (at least {ACCURACY} expected; the course's model reaches 1.0). It stays near 0.3 when "
+          "the model cannot tell positions apart: add the sinusoidal encoding to the token embeddings (unscaled: "
+          "multiplied by sqrt(d_model), the embeddings drown the positions), and give every block the same causal mask")
 
 
 @TINY
