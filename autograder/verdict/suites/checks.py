@@ -244,3 +244,33 @@ def draw_structure(request, learner, reference_namespace: dict, name: str):
     course = graph.trace_named(reference_namespace, name)
     request.node.user_properties.append(("structure", {
         "name": name, "differences": graph.differences(mine, course), "html": graph.side_by_side_html(mine, course)}))
+
+
+def load_state(proxy, state: dict, what: str):
+    """Put `state` into the learner's module, keeping any other entries of its state_dict."""
+    sd = proxy.state_dict()
+    check(isinstance(sd, dict), f"{what}.state_dict() should be a dict")
+    for name, value in state.items():
+        check(name in sd, f"{what} has no parameter `{name}`: use the submodule and parameter names of the "
+                          f"specification (its parameters are: {', '.join(sorted(sd)) or 'none'})")
+        check(isinstance(sd[name], torch.Tensor) and tuple(sd[name].shape) == tuple(value.shape),
+              f"{what}'s `{name}` has shape {tuple(getattr(sd[name], 'shape', ()))}, expected {tuple(value.shape)}")
+        sd[name] = value.to(sd[name].dtype)
+    proxy.load_state_dict(sd)
+
+
+def load_exact(proxy, state: dict, what: str):
+    """Load exactly `state` into the learner's module (strict): its parameters must be these, by name and shape."""
+    try:
+        proxy.load_state_dict(state)
+    except LearnerError:
+        sd = proxy.state_dict()
+        have = {k: tuple(v.shape) for k, v in sd.items() if isinstance(v, torch.Tensor)} if isinstance(sd, dict) else {}
+        want = {k: tuple(v.shape) for k, v in state.items()}
+        missing = [f"{k} {want[k]}" for k in want if k not in have]
+        extra = [f"{k} {have[k]}" for k in have if k not in want]
+        wrong = [f"{k} is {have[k]}, expected {want[k]}" for k in want if k in have and have[k] != want[k]]
+        raise Diagnosis(f"{what} should hold exactly the parameters {', '.join(f'{k} {v}' for k, v in want.items())}"
+                        + (f"; missing: {', '.join(missing)}" if missing else "")
+                        + (f"; not expected: {', '.join(extra[:8])}" if extra else "")
+                        + (f"; {'; '.join(wrong)}" if wrong else "")) from None

@@ -7,11 +7,9 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autograder.verdict.learner import LearnerError
 from autograder.verdict.timing import fresh_seed, peak_memory, same_outputs
 
 from .checks import (
@@ -21,6 +19,8 @@ from .checks import (
     fast_enough,
     function_targets,
     leaves_inputs,
+    load_exact,
+    load_state,
     module_targets,
     on_device,
     raises,
@@ -29,126 +29,18 @@ from .checks import (
     tensor,
     together,
 )
+from .oracles import (
+    NEG,
+    oracle_attention,
+    oracle_mha,
+    plain_attention,
+    plain_mha,
+    random_mask,
+    random_mha_state,
+)
 
 A = "attention"
-NEG = float("-inf")
 
-
-# -- trusted baselines: the plain computation, torch's own layers, and known mistakes -----------------
-def plain_attention(q, k, v, mask=None, scale=None, dim=-1):
-    """softmax(q k^T * scale) v at q's precision; a query with no allowed key gets zero weights."""
-    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = (q @ k.transpose(-2, -1)) * scale
-    if mask is not None:
-        s = s.masked_fill(~mask, NEG)
-    w = torch.softmax(s, dim=dim).nan_to_num(0.0)
-    return w @ v, w
-
-
-def oracle_attention(q, k, v, mask=None, is_causal=False):
-    """torch's own attention in float64 (for masks that leave every query at least one key)."""
-    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask, is_causal=is_causal)
-
-
-def random_mask(*shape, seed, p=0.5, keep_one=True):
-    """A random bool mask; with keep_one, every query row keeps at least one key."""
-    m = torch.rand(*shape, generator=seeded(seed)) < p
-    if keep_one:
-        first = torch.randint(0, shape[-1], shape[:-1], generator=seeded(seed + 1))
-        m = m | F.one_hot(first, shape[-1]).bool()
-    return m
-
-
-def torch_mha(state, d_model, n_heads, bias=True, prefix=""):
-    """torch.nn.MultiheadAttention (float64) holding the weights `state` of a MultiHeadAttention."""
-    m = torch.nn.MultiheadAttention(d_model, n_heads, bias=bias, batch_first=True).double().eval()
-    w = {n: state[prefix + n].double() for n in ("q_proj.weight", "k_proj.weight", "v_proj.weight", "out_proj.weight")}
-    with torch.no_grad():
-        m.in_proj_weight.copy_(torch.cat([w["q_proj.weight"], w["k_proj.weight"], w["v_proj.weight"]]))
-        m.out_proj.weight.copy_(w["out_proj.weight"])
-        if bias:
-            m.in_proj_bias.copy_(torch.cat([state[prefix + n + "_proj.bias"].double() for n in "qkv"]))
-            m.out_proj.bias.copy_(state[prefix + "out_proj.bias"].double())
-    return m
-
-
-def oracle_mha(state, n_heads, query, key=None, value=None, mask=None, bias=True, prefix=""):
-    key = query if key is None else key
-    value = key if value is None else value
-    B, Lq, D = query.shape
-    attn_mask = None
-    if mask is not None:       # torch's attn_mask: True = blocked, shape (Lq, Lk) or (B * n_heads, Lq, Lk)
-        attn_mask = (~mask if mask.dim() == 2
-                     else (~mask).expand(B, n_heads, Lq, key.shape[1]).reshape(-1, Lq, key.shape[1]))
-    with torch.no_grad():
-        return torch_mha(state, D, n_heads, bias, prefix)(query.double(), key.double(), value.double(),
-                                                          attn_mask=attn_mask, need_weights=False)[0]
-
-
-def plain_mha(state, n_heads, query, key=None, value=None, mask=None, prefix="", split="right", merge="right",
-              scale_by="d_head", out_proj=True):
-    """MultiHeadAttention computed plainly with `state`; the keyword arguments reproduce known mistakes."""
-    key = query if key is None else key
-    value = key if value is None else value
-    B, Lq, D = query.shape
-    Lk, H = key.shape[1], n_heads
-    dh = D // H
-
-    def proj(name, x):
-        b = state.get(prefix + name + ".bias")
-        return F.linear(x, state[prefix + name + ".weight"].to(x.dtype), None if b is None else b.to(x.dtype))
-
-    def heads(x, L):
-        if split == "mixed":                                # view (B, H, L, d_head) straight away
-            return x.reshape(B, H, L, dh)
-        return x.reshape(B, L, H, dh).transpose(1, 2)
-
-    q, k, v = heads(proj("q_proj", query), Lq), heads(proj("k_proj", key), Lk), heads(proj("v_proj", value), Lk)
-    scale = 1 / math.sqrt(dh if scale_by == "d_head" else D)
-    out, _ = plain_attention(q, k, v, mask, scale=scale)
-    out = out.transpose(1, 2).reshape(B, Lq, D) if merge == "right" else out.reshape(B, Lq, D)
-    return proj("out_proj", out) if out_proj else out
-
-
-def random_mha_state(d_model, bias=True, seed=0, prefix=""):
-    g = seeded(seed)
-    state = {}
-    for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
-        state[f"{prefix}{name}.weight"] = (torch.randn(d_model, d_model, generator=g, dtype=torch.float64)
-                                           / math.sqrt(d_model)).float()
-        if bias:
-            state[f"{prefix}{name}.bias"] = (0.5 * torch.randn(d_model, generator=g, dtype=torch.float64)).float()
-    return state
-
-
-def load_state(proxy, state: dict, what: str):
-    """Put `state` into the learner's module, keeping any other entries of its state_dict."""
-    sd = proxy.state_dict()
-    check(isinstance(sd, dict), f"{what}.state_dict() should be a dict")
-    for name, value in state.items():
-        check(name in sd, f"{what} has no parameter `{name}`: use the submodule and parameter names of the "
-                          f"specification (its parameters are: {', '.join(sorted(sd)) or 'none'})")
-        check(isinstance(sd[name], torch.Tensor) and tuple(sd[name].shape) == tuple(value.shape),
-              f"{what}'s `{name}` has shape {tuple(getattr(sd[name], 'shape', ()))}, expected {tuple(value.shape)}")
-        sd[name] = value.to(sd[name].dtype)
-    proxy.load_state_dict(sd)
-
-
-def load_exact(proxy, state: dict, what: str):
-    """Load exactly `state` into the learner's module (strict): its parameters must be these, by name and shape."""
-    try:
-        proxy.load_state_dict(state)
-    except LearnerError:
-        sd = proxy.state_dict()
-        have = {k: tuple(v.shape) for k, v in sd.items() if isinstance(v, torch.Tensor)} if isinstance(sd, dict) else {}
-        want = {k: tuple(v.shape) for k, v in state.items()}
-        missing = [f"{k} {want[k]}" for k in want if k not in have]
-        extra = [f"{k} {have[k]}" for k in have if k not in want]
-        wrong = [f"{k} is {have[k]}, expected {want[k]}" for k in want if k in have and have[k] != want[k]]
-        raise Diagnosis(f"{what} should hold exactly the parameters {', '.join(f'{k} {v}' for k, v in want.items())}"
-                        + (f"; missing: {', '.join(missing)}" if missing else "")
-                        + (f"; not expected: {', '.join(extra[:8])}" if extra else "")
-                        + (f"; {'; '.join(wrong)}" if wrong else "")) from None
 
 
 def pair(result, what):

@@ -3,7 +3,6 @@
 Oracles: torch.nn.LayerNorm and torch.nn.TransformerEncoderLayer in float64, holding the same random weights as
 the learner's modules; the same layers in float32 set the tolerance (checks.close).
 """
-import math
 
 import pytest
 import torch
@@ -19,105 +18,34 @@ from .checks import (
     draw_structure,
     fast_enough,
     leaves_inputs,
-    max_error,
+    load_exact,
+    load_state,
     module_targets,
     randn,
-    seeded,
     together,
 )
-from .test_attention import load_exact, load_state, oracle_mha, plain_mha, random_mha_state
+from .oracles import (
+    NORM_PARAMS,
+    norm_baseline,
+    oracle_block,
+    oracle_mha,
+    plain_block,
+    plain_ff,
+    plain_mha,
+    plain_norm,
+    random_block_state,
+    random_ff_state,
+    random_mha_state,
+    random_norm_state,
+    torch_norm,
+)
 
 A = "residual"
 WORKER_PRELOAD = DRAWING_PRELOAD      # test_block_drawn traces the learner's block in its worker
 
-NORM_PARAMS = ("weight", "bias")
 
 
-# -- trusted baselines: torch's own layers, plain computations and known mistakes ------------------------
-def random_norm_state(d, seed, prefix=""):
-    g = seeded(seed)
-    return {prefix + "weight": (1 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64)).float(),
-            prefix + "bias": (0.5 * torch.randn(d, generator=g, dtype=torch.float64)).float()}
-
-
-def random_ff_state(d, d_ff, seed, prefix=""):
-    g = seeded(seed)
-    r = lambda *shape, scale: (scale * torch.randn(*shape, generator=g, dtype=torch.float64)).float()  # noqa: E731
-    return {prefix + "linear1.weight": r(d_ff, d, scale=1 / math.sqrt(d)), prefix + "linear1.bias": r(d_ff, scale=0.5),
-            prefix + "linear2.weight": r(d, d_ff, scale=1 / math.sqrt(d_ff)), prefix + "linear2.bias": r(d, scale=0.5)}
-
-
-def random_block_state(d, d_ff, seed):
-    return {**random_mha_state(d, seed=seed, prefix="attn."), **random_ff_state(d, d_ff, seed + 1, prefix="ff."),
-            **random_norm_state(d, seed + 2, prefix="norm1."), **random_norm_state(d, seed + 3, prefix="norm2.")}
-
-
-def torch_norm(state, x, eps=1e-5, dtype=torch.float64):
-    with torch.no_grad():
-        return F.layer_norm(x.to(dtype), x.shape[-1:], state["weight"].to(dtype), state["bias"].to(dtype), eps)
-
-
-def norm_baseline(state, x, eps=1e-5):
-    """The float32 LayerNorm (torch's or the plain two-pass one) that is further from the float64 result."""
-    exact = torch_norm(state, x, eps)
-    return max((torch_norm(state, x, eps, dtype=torch.float32), plain_norm(state, x, eps)),
-               key=lambda y: max_error(y, exact))
-
-
-def plain_norm(state, x, eps=1e-5, prefix="", unbiased=False, eps_outside=False, affine=True):
-    mean = x.mean(-1, keepdim=True)
-    var = x.var(-1, keepdim=True, unbiased=unbiased)
-    y = (x - mean) / (var.sqrt() + eps if eps_outside else (var + eps).sqrt())
-    return y * state[prefix + "weight"].to(x.dtype) + state[prefix + "bias"].to(x.dtype) if affine else y
-
-
-def plain_ff(state, x, prefix="", act=torch.relu, act_after=False):
-    w = {k: v.to(x.dtype) for k, v in state.items()}
-    y = F.linear(act(F.linear(x, w[prefix + "linear1.weight"], w[prefix + "linear1.bias"])),
-                 w[prefix + "linear2.weight"], w[prefix + "linear2.bias"])
-    return torch.relu(y) if act_after else y
-
-
-def torch_block(state, d, H, d_ff, norm_first, dtype=torch.float64):
-    layer = torch.nn.TransformerEncoderLayer(d, H, d_ff, dropout=0.0, activation="relu", batch_first=True,
-                                             norm_first=norm_first).to(dtype).eval()
-    s = {k: v.to(dtype) for k, v in state.items()}
-    mapped = {
-        "self_attn.in_proj_weight": torch.cat([s[f"attn.{n}_proj.weight"] for n in "qkv"]),
-        "self_attn.in_proj_bias": torch.cat([s[f"attn.{n}_proj.bias"] for n in "qkv"]),
-        "self_attn.out_proj.weight": s["attn.out_proj.weight"], "self_attn.out_proj.bias": s["attn.out_proj.bias"],
-        **{name: s["ff." + name] for name in ("linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias")},
-        **{name: s[name] for name in ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias")},
-    }
-    layer.load_state_dict(mapped)
-    return layer
-
-
-def oracle_block(state, H, x, mask=None, norm_first=True, dtype=torch.float64):
-    d, d_ff = x.shape[-1], state["ff.linear1.weight"].shape[0]
-    with torch.no_grad():
-        return torch_block(state, d, H, d_ff, norm_first, dtype)(x.to(dtype), src_mask=None if mask is None else ~mask)
-
-
-def plain_block(state, H, x, mask=None, norm_first=True, mistake=None):
-    """The block computed plainly; `mistake` names a known wrong arrangement."""
-    n1, n2 = ("norm2.", "norm1.") if mistake == "norms swapped" else ("norm1.", "norm2.")
-    attn = lambda h: plain_mha(state, H, h, mask=None if mistake == "mask ignored" else mask, prefix="attn.")  # noqa: E731
-    ff = lambda h: plain_ff(state, h, prefix="ff.")  # noqa: E731
-    norm = lambda h, p: plain_norm(state, h, prefix=p)  # noqa: E731
-    keep_attn = 0.0 if mistake == "no attention residual" else 1.0
-    keep_ff = 0.0 if mistake == "no feed-forward residual" else 1.0
-    if mistake == "stream normalised":
-        x = norm(x, n1)
-        x = x + attn(x)
-        x = norm(x, n2)
-        return x + ff(x)
-    if norm_first != (mistake == "placement swapped"):
-        x = keep_attn * x + attn(norm(x, n1))
-        return keep_ff * x + ff(norm(x, n2))
-    x = norm(keep_attn * x + attn(x), n1)
-    return norm(keep_ff * x + ff(x), n2)
-
+# -- known mistakes ------------------------------------------------------------------------------------------------
 
 BLOCK_MISTAKES = {
     "placement swapped": "Pre-LN/Post-LN placement swapped: with norm_first=True, x = x + attn(norm1(x)) then "

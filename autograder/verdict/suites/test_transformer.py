@@ -24,27 +24,25 @@ from .checks import (
     draw_structure,
     fast_enough,
     leaves_inputs,
+    load_exact,
+    load_state,
     randn,
     seeded,
     tensor,
     together,
 )
-from .test_attention import (
-    load_exact,
-    load_state,
+from .oracles import (
+    norm_baseline,
     oracle_attention,
+    oracle_block,
     oracle_mha,
     plain_attention,
-    plain_mha,
-    random_mask,
-    random_mha_state,
-)
-from .test_residual import (
-    norm_baseline,
-    oracle_block,
     plain_ff,
+    plain_mha,
     random_block_state,
     random_ff_state,
+    random_mask,
+    random_mha_state,
     random_norm_state,
     torch_norm,
 )

@@ -1,0 +1,182 @@
+"""The trusted baselines the hidden suites share: the plain computation at the learner's precision, torch's own
+layers in float64 holding the same random weights, and the plain computations that reproduce known mistakes."""
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .checks import max_error, seeded
+
+NEG = float("-inf")
+NORM_PARAMS = ("weight", "bias")
+
+
+def plain_attention(q, k, v, mask=None, scale=None, dim=-1):
+    """softmax(q k^T * scale) v at q's precision; a query with no allowed key gets zero weights."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = (q @ k.transpose(-2, -1)) * scale
+    if mask is not None:
+        s = s.masked_fill(~mask, NEG)
+    w = torch.softmax(s, dim=dim).nan_to_num(0.0)
+    return w @ v, w
+
+
+def oracle_attention(q, k, v, mask=None, is_causal=False):
+    """torch's own attention in float64 (for masks that leave every query at least one key)."""
+    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask, is_causal=is_causal)
+
+
+def random_mask(*shape, seed, p=0.5, keep_one=True):
+    """A random bool mask; with keep_one, every query row keeps at least one key."""
+    m = torch.rand(*shape, generator=seeded(seed)) < p
+    if keep_one:
+        first = torch.randint(0, shape[-1], shape[:-1], generator=seeded(seed + 1))
+        m = m | F.one_hot(first, shape[-1]).bool()
+    return m
+
+
+def torch_mha(state, d_model, n_heads, bias=True, prefix=""):
+    """torch.nn.MultiheadAttention (float64) holding the weights `state` of a MultiHeadAttention."""
+    m = torch.nn.MultiheadAttention(d_model, n_heads, bias=bias, batch_first=True).double().eval()
+    w = {n: state[prefix + n].double() for n in ("q_proj.weight", "k_proj.weight", "v_proj.weight", "out_proj.weight")}
+    with torch.no_grad():
+        m.in_proj_weight.copy_(torch.cat([w["q_proj.weight"], w["k_proj.weight"], w["v_proj.weight"]]))
+        m.out_proj.weight.copy_(w["out_proj.weight"])
+        if bias:
+            m.in_proj_bias.copy_(torch.cat([state[prefix + n + "_proj.bias"].double() for n in "qkv"]))
+            m.out_proj.bias.copy_(state[prefix + "out_proj.bias"].double())
+    return m
+
+
+def oracle_mha(state, n_heads, query, key=None, value=None, mask=None, bias=True, prefix=""):
+    key = query if key is None else key
+    value = key if value is None else value
+    B, Lq, D = query.shape
+    attn_mask = None
+    if mask is not None:       # torch's attn_mask: True = blocked, shape (Lq, Lk) or (B * n_heads, Lq, Lk)
+        attn_mask = (~mask if mask.dim() == 2
+                     else (~mask).expand(B, n_heads, Lq, key.shape[1]).reshape(-1, Lq, key.shape[1]))
+    with torch.no_grad():
+        return torch_mha(state, D, n_heads, bias, prefix)(query.double(), key.double(), value.double(),
+                                                          attn_mask=attn_mask, need_weights=False)[0]
+
+
+def plain_mha(state, n_heads, query, key=None, value=None, mask=None, prefix="", split="right", merge="right",
+              scale_by="d_head", out_proj=True):
+    """MultiHeadAttention computed plainly with `state`; the keyword arguments reproduce known mistakes."""
+    key = query if key is None else key
+    value = key if value is None else value
+    B, Lq, D = query.shape
+    Lk, H = key.shape[1], n_heads
+    dh = D // H
+
+    def proj(name, x):
+        b = state.get(prefix + name + ".bias")
+        return F.linear(x, state[prefix + name + ".weight"].to(x.dtype), None if b is None else b.to(x.dtype))
+
+    def heads(x, L):
+        if split == "mixed":                                # view (B, H, L, d_head) straight away
+            return x.reshape(B, H, L, dh)
+        return x.reshape(B, L, H, dh).transpose(1, 2)
+
+    q, k, v = heads(proj("q_proj", query), Lq), heads(proj("k_proj", key), Lk), heads(proj("v_proj", value), Lk)
+    scale = 1 / math.sqrt(dh if scale_by == "d_head" else D)
+    out, _ = plain_attention(q, k, v, mask, scale=scale)
+    out = out.transpose(1, 2).reshape(B, Lq, D) if merge == "right" else out.reshape(B, Lq, D)
+    return proj("out_proj", out) if out_proj else out
+
+
+def random_mha_state(d_model, bias=True, seed=0, prefix=""):
+    g = seeded(seed)
+    state = {}
+    for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        state[f"{prefix}{name}.weight"] = (torch.randn(d_model, d_model, generator=g, dtype=torch.float64)
+                                           / math.sqrt(d_model)).float()
+        if bias:
+            state[f"{prefix}{name}.bias"] = (0.5 * torch.randn(d_model, generator=g, dtype=torch.float64)).float()
+    return state
+
+
+def random_norm_state(d, seed, prefix=""):
+    g = seeded(seed)
+    return {prefix + "weight": (1 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64)).float(),
+            prefix + "bias": (0.5 * torch.randn(d, generator=g, dtype=torch.float64)).float()}
+
+
+def random_ff_state(d, d_ff, seed, prefix=""):
+    g = seeded(seed)
+    r = lambda *shape, scale: (scale * torch.randn(*shape, generator=g, dtype=torch.float64)).float()  # noqa: E731
+    return {prefix + "linear1.weight": r(d_ff, d, scale=1 / math.sqrt(d)), prefix + "linear1.bias": r(d_ff, scale=0.5),
+            prefix + "linear2.weight": r(d, d_ff, scale=1 / math.sqrt(d_ff)), prefix + "linear2.bias": r(d, scale=0.5)}
+
+
+def random_block_state(d, d_ff, seed):
+    return {**random_mha_state(d, seed=seed, prefix="attn."), **random_ff_state(d, d_ff, seed + 1, prefix="ff."),
+            **random_norm_state(d, seed + 2, prefix="norm1."), **random_norm_state(d, seed + 3, prefix="norm2.")}
+
+
+def torch_norm(state, x, eps=1e-5, dtype=torch.float64):
+    with torch.no_grad():
+        return F.layer_norm(x.to(dtype), x.shape[-1:], state["weight"].to(dtype), state["bias"].to(dtype), eps)
+
+
+def norm_baseline(state, x, eps=1e-5):
+    """The float32 LayerNorm (torch's or the plain two-pass one) that is further from the float64 result."""
+    exact = torch_norm(state, x, eps)
+    return max((torch_norm(state, x, eps, dtype=torch.float32), plain_norm(state, x, eps)),
+               key=lambda y: max_error(y, exact))
+
+
+def plain_norm(state, x, eps=1e-5, prefix="", unbiased=False, eps_outside=False, affine=True):
+    mean = x.mean(-1, keepdim=True)
+    var = x.var(-1, keepdim=True, unbiased=unbiased)
+    y = (x - mean) / (var.sqrt() + eps if eps_outside else (var + eps).sqrt())
+    return y * state[prefix + "weight"].to(x.dtype) + state[prefix + "bias"].to(x.dtype) if affine else y
+
+
+def plain_ff(state, x, prefix="", act=torch.relu, act_after=False):
+    w = {k: v.to(x.dtype) for k, v in state.items()}
+    y = F.linear(act(F.linear(x, w[prefix + "linear1.weight"], w[prefix + "linear1.bias"])),
+                 w[prefix + "linear2.weight"], w[prefix + "linear2.bias"])
+    return torch.relu(y) if act_after else y
+
+
+def torch_block(state, d, H, d_ff, norm_first, dtype=torch.float64):
+    layer = torch.nn.TransformerEncoderLayer(d, H, d_ff, dropout=0.0, activation="relu", batch_first=True,
+                                             norm_first=norm_first).to(dtype).eval()
+    s = {k: v.to(dtype) for k, v in state.items()}
+    mapped = {
+        "self_attn.in_proj_weight": torch.cat([s[f"attn.{n}_proj.weight"] for n in "qkv"]),
+        "self_attn.in_proj_bias": torch.cat([s[f"attn.{n}_proj.bias"] for n in "qkv"]),
+        "self_attn.out_proj.weight": s["attn.out_proj.weight"], "self_attn.out_proj.bias": s["attn.out_proj.bias"],
+        **{name: s["ff." + name] for name in ("linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias")},
+        **{name: s[name] for name in ("norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias")},
+    }
+    layer.load_state_dict(mapped)
+    return layer
+
+
+def oracle_block(state, H, x, mask=None, norm_first=True, dtype=torch.float64):
+    d, d_ff = x.shape[-1], state["ff.linear1.weight"].shape[0]
+    with torch.no_grad():
+        return torch_block(state, d, H, d_ff, norm_first, dtype)(x.to(dtype), src_mask=None if mask is None else ~mask)
+
+
+def plain_block(state, H, x, mask=None, norm_first=True, mistake=None):
+    """The block computed plainly; `mistake` names a known wrong arrangement."""
+    n1, n2 = ("norm2.", "norm1.") if mistake == "norms swapped" else ("norm1.", "norm2.")
+    attn = lambda h: plain_mha(state, H, h, mask=None if mistake == "mask ignored" else mask, prefix="attn.")  # noqa: E731
+    ff = lambda h: plain_ff(state, h, prefix="ff.")  # noqa: E731
+    norm = lambda h, p: plain_norm(state, h, prefix=p)  # noqa: E731
+    keep_attn = 0.0 if mistake == "no attention residual" else 1.0
+    keep_ff = 0.0 if mistake == "no feed-forward residual" else 1.0
+    if mistake == "stream normalised":
+        x = norm(x, n1)
+        x = x + attn(x)
+        x = norm(x, n2)
+        return x + ff(x)
+    if norm_first != (mistake == "placement swapped"):
+        x = keep_attn * x + attn(norm(x, n1))
+        return keep_ff * x + ff(norm(x, n2))
+    x = norm(keep_attn * x + attn(x), n1)
+    return norm(keep_ff * x + ff(x), n2)
