@@ -2,6 +2,8 @@
 an exercise is proven, every construct a reading cannot follow is flagged, honest code is neither."""
 import pytest
 from helpers import ASSIGNMENTS
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autograder.authoring import variants
 from autograder.notebooks import TESTS_SUFFIX, graded_cells, learner_cells
@@ -60,6 +62,18 @@ def test_every_route_to_a_library_version_is_proven(source, path):
     ("open('/proc/self/clear_refs', 'w').write('5')", "/proc"),
     ("import inspect", "inspect"),
     ("import operator\noperator.attrgetter('layer_norm')(torch.nn.functional)", "operator"),
+    # the third round: routes a list of known bad routes had missed
+    ("g = getattr\ng(torch.nn.functional, 'scaled_dot_product_attention')(q, k, v)", "getattr as a value"),
+    ("def f(q, nnf=torch.nn.functional):\n    return nnf.scaled_dot_product_attention(q, q, q)", "as a value"),
+    ("(G, _) = (torch.nn.functional, 0)\nG.scaled_dot_product_attention(q, k, v)", "as a value"),
+    ("op = torch._C._jit_get_operation('aten::scaled_dot_product_attention')", "aten::scaled_dot_product_attention"),
+    ("op = torch._C._jit_get_operation(name)", "operator registry"),
+    ("ops = [torch.ops.aten]", "as a value"),
+    ("name = 'scaled_dot_product_attention'", "in a string"),
+    ("vars(torch.nn.functional)['layer_norm']", "vars"),
+    ("getattr(torch, 'nn')", "getattr() on the module torch"),
+    ("getattr(things[0], name)", "computed name"),
+    ("import torch.library", "operator registry"),
 ])
 def test_constructs_a_reading_cannot_follow_are_flagged(source, why):
     _, suspicious = findings(source)
@@ -88,6 +102,13 @@ def test_a_helper_carries_its_findings_to_the_part_that_uses_it():
     assert library == ["torch.nn.functional.scaled_dot_product_attention"]
 
 
+def test_an_import_in_a_cell_the_learner_added_counts_for_the_part_that_uses_it():
+    added = {"id": "cell-3", "source": "from torch.nn.functional import scaled_dot_product_attention as _sdpa\n"}
+    library, _ = findings("def scaled_dot_product_attention(q, k, v, mask=None):\n    return _sdpa(q, k, v), None",
+                          extra=[added])
+    assert library == ["torch.nn.functional.scaled_dot_product_attention"]
+
+
 def test_another_graded_part_does_not_carry_its_findings():
     """MultiHeadAttention is graded on its own: calling the learner's scaled_dot_product_attention (which
     uses the library) costs the attention part, not this one."""
@@ -110,3 +131,51 @@ def test_no_correct_answer_is_proven_or_flagged(asg):
         nb = variants.submission(asg, v.cells if v else None)
         r = static.analyse(learner_cells(nb), {g.removesuffix(TESTS_SUFFIX) for g in graded_cells(nb)})
         assert not any(r.library.values()) and not any(r.suspicious.values()), (v and v.name, r)
+
+
+# -- a generator of obfuscations ------------------------------------------------------------------------
+# A route is a module reached some way, passed from name to name through one to three bindings, and its function
+# looked up some way; every combination must be proven or flagged, never pass as honest code.  Hypothesis draws
+# them (and shrinks a route that passes to its smallest form); every single binding with every lookup is tried too.
+MODULES = ["torch.nn.functional", "nn.functional", "F", "torch._C._nn", "torch.ops.aten"]
+BINDINGS = [
+    "{b} = {a}", "({b}, _) = ({a}, 0)", "{b}, = [{a}]", "{b} = [{a}][0]", "{b} = {{'k': {a}}}['k']",
+    "{b} = (lambda: {a})()", "def _get{i}(m={a}):\n    return m\n{b} = _get{i}()",
+    "class _Box{i}:\n    m = {a}\n{b} = _Box{i}.m", "{b} = {a} if q is not None else q", "({b} := {a})",
+    "for {b} in ({a},):\n    pass", "import contextlib\nwith contextlib.nullcontext({a}) as {b}:\n    pass",
+    "global {b}\n{b} = {a}", "{b} = next(iter([{a}]))", "{b} = type('B', (), {{'m': {a}}}).m",
+    "{b} = {a}.__class__.__call__ and {a}", "[*{b}] = [{a}]\n{b} = {b}[0]",
+]
+LOOKUPS = [
+    "h.scaled_dot_product_attention", "getattr(h, 'scaled_dot_product_attention')",
+    "getattr(h, 'scaled_dot_product_' + 'attention')", "h.__dict__['scaled_dot_product_attention']",
+    "vars(h)['scaled_dot_product_attention']", "getattr(h, 'noitnetta_tcudorp_tod_delacs'[::-1])",
+    "(lambda g: g(h, 'scaled_dot_product_attention'))(getattr)",
+    "__import__('operator').attrgetter('scaled_dot_product_attention')(h)",
+    "h.__getattribute__('scaled_dot_product_attention')",
+]
+
+
+def _route(module: str, bindings: list[str], lookup: str) -> str:
+    lines = ["import torch.nn.functional as F"]
+    for i, binding in enumerate(bindings):
+        a, b = (module if i == 0 else f"h{i - 1}"), ("h" if i == len(bindings) - 1 else f"h{i}")
+        lines += binding.format(a=a, b=b, i=i).splitlines()
+    lines += [f"f = {lookup}", "return f(q, k, v), None"]
+    return "def scaled_dot_product_attention(q, k, v, mask=None):\n" + "\n".join("    " + line for line in lines)
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+def test_no_single_binding_passes_as_honest_code(binding):
+    for module in MODULES:
+        for lookup in LOOKUPS:
+            source = _route(module, [binding], lookup)
+            assert any(findings(source)), source
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(st.sampled_from(MODULES), st.lists(st.sampled_from(BINDINGS), min_size=1, max_size=3),
+       st.sampled_from(LOOKUPS))
+def test_no_obfuscated_route_passes_as_honest_code(module, bindings, lookup):
+    source = _route(module, bindings, lookup)
+    assert any(findings(source)), source

@@ -9,20 +9,23 @@ The source can be read from outside, so library use is decided here:
   `F.scaled_dot_product_attention`, `torch._C._nn.scaled_dot_product_attention`,
   `torch.native_layer_norm`, `torch.ops.aten.layer_norm`, `nn.LayerNorm`, `nn.MultiheadAttention`,
   `nn.TransformerEncoderLayer`, ...).  The part whose cell holds it scores 0.
-- **Flagged** for the instructor (nbgrader's needs_manual_grade, with the reason): constructs that
-  can reach a library function, or the grader, in ways a reading of the source cannot follow:
-  computed attribute names on a module, `__import__`, `importlib`, `eval`/`exec`/`compile`,
-  `sys.modules`, frame and function internals (`sys._getframe`, `f_globals`, `__globals__`,
-  `__code__`), `ctypes`, `inspect`, `gc`, `pickle`/`marshal`, processes and signals, `/proc`, and
-  assignments into a library module.
+- **Flagged** for the instructor (nbgrader's needs_manual_grade, with the reason): whatever the reading cannot
+  resolve to something allowed: a module used as a value (passed, returned, stored anywhere but a plain alias,
+  unpacked, a default), `getattr` other than called with a constant on a non-module, `vars`, `__dict__`, a string
+  that names an operator or a library function, torch's operator registries (`torch._C`, `torch.ops`,
+  `torch.library`), `__import__`, `importlib`, `eval`/`exec`, frames and function internals, `ctypes`,
+  processes and signals, `/proc`, star imports, assignments into a library module.
 
-A helper function defined in one cell and used in another carries its findings with it; the other
-graded parts (contract names) do not, since each part is graded on its own.
+All of a notebook's code is read, cells the learner added included; what a cell defines or imports carries its
+findings to the cells that use it, except the other graded parts (each is graded on its own).
 """
 from __future__ import annotations
 
 import ast
+import importlib
 import re
+import sys
+import types
 from dataclasses import dataclass, field
 
 # What the notebooks name as the library versions of their parts (the rule itself is LIBRARY).
@@ -35,7 +38,14 @@ SUSPICIOUS_MODULES = {"importlib", "ctypes", "cffi", "inspect", "gc", "pickle", 
 SUSPICIOUS_CALLS = {"eval", "exec", "compile", "__import__", "globals", "locals", "vars", "breakpoint"}
 SUSPICIOUS_ATTRS = {"f_globals", "f_locals", "f_back", "f_code", "f_builtins", "gi_frame", "tb_frame", "cr_frame",
                     "__globals__", "__code__", "__closure__", "__builtins__", "__subclasses__", "__getattribute__",
-                    "__import__", "__loader__", "__spec__", "__self__"}
+                    "__import__", "__loader__", "__spec__", "__self__", "__dict__"}
+# The libraries whose names the reading looks up (imported in the trusted process when first needed).
+LOOKED_UP = ("torch", "numpy", "math")
+# Where torch looks operators up by name, or registers new ones: a route the reading cannot follow.
+REGISTRIES = ("torch._C", "torch._ops", "torch.ops", "torch.library", "torch.utils.cpp_extension")
+# A string that names an operator (`aten::layer_norm`) or is a library function's name.
+OPERATOR_NAME = re.compile(r"^[A-Za-z_][\w.]*(::[\w.]+)+$")
+NAME_LIKE = re.compile(r"^[A-Za-z_][\w.]*$")
 SUSPICIOUS_PATHS = {"sys.modules", "sys._getframe", "sys.settrace", "sys.setprofile", "sys.addaudithook",
                     "sys.meta_path", "sys.path_hooks",
                     "os.fork", "os.forkpty", "os.kill", "os.killpg", "os.system", "os.popen", "os.posix_spawn",
@@ -117,14 +127,67 @@ def _library_path(path: str) -> bool:
     return any(LIBRARY.search(p) for p in path.split("."))
 
 
+def _module_like(path: str) -> bool:
+    """Whether `path` names a module (or one of torch's operator namespaces), as far as the trusted process can tell
+    without importing anything: a path it cannot look up is a module when it is a bare name."""
+    parts = path.split(".")
+    if parts[0] in LOOKED_UP and parts[0] not in sys.modules:
+        importlib.import_module(parts[0])
+    obj = sys.modules.get(parts[0])
+    if obj is None:
+        return len(parts) == 1
+    for name in parts[1:]:
+        try:
+            obj = getattr(obj, name)
+        except Exception:  # noqa: BLE001 - a path the reading cannot follow: not known to be a module
+            return False
+    return isinstance(obj, types.ModuleType) or type(obj).__module__ == "torch._ops"
+
+
+def _parents(tree: ast.AST) -> dict:
+    return {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+
+def _module_as_value(node, parent, scope) -> bool:
+    """Whether a module-naming expression `node` is used as a value: anything but an attribute's base, a call's
+    function, the first argument of getattr/hasattr, or the whole right side of a plain alias `name = module` (not
+    in a class's body, where the name is an attribute the reading does not follow)."""
+    if isinstance(parent, ast.Attribute) and parent.value is node:
+        return False
+    if isinstance(parent, ast.Call) and (parent.func is node or (
+            isinstance(parent.func, ast.Name) and parent.func.id in ("getattr", "hasattr") and parent.args
+            and parent.args[0] is node)):
+        return False
+    if isinstance(parent, ast.Assign) and parent.value is node and all(isinstance(t, ast.Name) for t in parent.targets):
+        return isinstance(scope, ast.ClassDef)
+    return not isinstance(parent, ast.Expr)
+
+
+def _plain_object(node) -> bool:
+    """`self` or `cls`: an object of the learner's own (getattr with a computed name on it stays in its code)."""
+    return isinstance(node, ast.Name) and node.id in ("self", "cls")
+
+
 def _scan(tree: ast.AST, aliases: _Aliases, cell: str) -> tuple[list[Finding], list[Finding]]:
     library, suspicious = [], []
 
     def flag(node, what):
         suspicious.append(Finding(cell, getattr(node, "lineno", 0), what))
 
+    parents = _parents(tree)
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(getattr(node, "ctx", None), ast.Load):
+            path = aliases.resolve(node)
+            parent = parents.get(node)
+            is_getattr = isinstance(node, ast.Name) and node.id == "getattr" and node.id not in aliases.names
+            if is_getattr and not (isinstance(parent, ast.Call) and parent.func is node):
+                flag(node, "uses getattr as a value")
+            if path and _module_like(path) and _module_as_value(node, parent, parents.get(parent)):
+                flag(node, f"uses the module {path} as a value")
+            if path and path.startswith(REGISTRIES) and not _library_path(path) and not (
+                    isinstance(parent, ast.Attribute) and aliases.resolve(parent)):
+                flag(node, f"uses torch's operator registry ({path})")
         if isinstance(node, ast.Import):
             for a in node.names:
                 top = a.name.split(".")[0]
@@ -132,6 +195,8 @@ def _scan(tree: ast.AST, aliases: _Aliases, cell: str) -> tuple[list[Finding], l
                     library.append(Finding(cell, line, a.name))
                 if top in SUSPICIOUS_MODULES:
                     flag(node, f"imports {a.name}")
+                if a.name.startswith(REGISTRIES) and not _library_path(a.name):
+                    flag(node, f"imports torch's operator registry ({a.name})")
         elif isinstance(node, ast.ImportFrom):
             module = node.module or ""
             if node.level:
@@ -139,6 +204,8 @@ def _scan(tree: ast.AST, aliases: _Aliases, cell: str) -> tuple[list[Finding], l
             if module.split(".")[0] in SUSPICIOUS_MODULES:
                 flag(node, f"imports from {module}")
             for a in node.names:
+                if f"{module}.{a.name}".startswith(REGISTRIES) and not _library_path(f"{module}.{a.name}"):
+                    flag(node, f"imports from torch's operator registry ({module}.{a.name})")
                 if a.name == "*":
                     flag(node, f"imports every name of {module} (from {module} import *)")
                 elif _library_path(f"{module}.{a.name}"):
@@ -150,11 +217,17 @@ def _scan(tree: ast.AST, aliases: _Aliases, cell: str) -> tuple[list[Finding], l
                     flag(node, f"calls {fname}()")
                 if fname in ("getattr", "setattr", "delattr", "hasattr") and len(node.args) >= 2:
                     target = aliases.resolve(node.args[0])
-                    constant = isinstance(node.args[1], ast.Constant)
+                    name = node.args[1].value if isinstance(node.args[1], ast.Constant) else None
+                    constant = isinstance(name, str)
                     if target and (fname in ("setattr", "delattr") or not constant):
                         flag(node, f"{fname}() on {target}" + ("" if constant else " with a computed name"))
-                    if target and fname == "getattr" and constant and _library_path(f"{target}.{node.args[1].value}"):  # type: ignore[attr-defined]
-                        library.append(Finding(cell, line, f"{target}.{node.args[1].value}"))  # type: ignore[attr-defined]
+                    elif target and fname == "getattr":
+                        if _library_path(f"{target}.{name!s}"):
+                            library.append(Finding(cell, line, f"{target}.{name!s}"))
+                        elif _module_like(target):
+                            flag(node, f"getattr() on the module {target}")
+                    elif not target and fname == "getattr" and not constant and not _plain_object(node.args[0]):
+                        flag(node, "getattr() with a computed name on an object the reading cannot name")
                 continue
             if isinstance(node, ast.Attribute):
                 if node.attr in SUSPICIOUS_ATTRS:
@@ -171,8 +244,14 @@ def _scan(tree: ast.AST, aliases: _Aliases, cell: str) -> tuple[list[Finding], l
                         flag(node, f"assigns into a library module ({path})")
             elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):
                 flag(node, f"uses {node.id}")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "/proc" in node.value:
-            flag(node, "names a /proc file")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value.strip()
+            if "/proc" in text:
+                flag(node, "names a /proc file")
+            elif OPERATOR_NAME.match(text):
+                flag(node, f"names the operator {text[:80]!r} in a string")
+            elif NAME_LIKE.match(text) and _library_path(text):
+                flag(node, f"names {text[:80]!r}, a library version of an exercise, in a string")
     return _shortest(library), _shortest(suspicious)
 
 
@@ -190,13 +269,16 @@ def _shortest(findings: list[Finding]) -> list[Finding]:
 
 
 def _defined(tree: ast.AST) -> set[str]:
+    """The names a cell binds at its top level: definitions, assignments and imports."""
     names = set()
     for node in getattr(tree, "body", []):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names if a.name != "*"}
     return names
 
 
