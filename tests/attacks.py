@@ -115,7 +115,9 @@ _hog = None
 NOTEBOOK_ATTACKS = ("edit_graded_cell", "delete_graded_cell", "change_grade_id", "fake_output", "corrupt_json")
 
 
-# The flood: in the notebook's kernel only (the grader's worker has no client to attack).
+# The flood: in the notebook's kernel only (the grader's worker has no client to attack).  Its notebook client is
+# not dumpable, so the kernel cannot open the client's pipe to the grader through /proc: it says so, floods the
+# client with 20,000 outputs instead, and kills the client only where the pipe was reached.
 FLOOD = r'''
 try:
     get_ipython
@@ -124,20 +126,35 @@ except NameError:
 else:
     import json as _json, os as _os, signal as _signal
     from IPython.display import display as _display
-    for _ in range(20_000):                                   # through the notebook client
-        _display({"text/plain": "x"}, raw=True)
     _client = _os.getppid()
-    _err = _os.readlink(f"/proc/{_client}/fd/2")
     _one = _json.dumps({"output_type": "display_data", "data": {"text/plain": "x"}, "metadata": {}})
-    for _fd in _os.listdir(f"/proc/{_client}/fd"):
-        _link = _os.readlink(f"/proc/{_client}/fd/{_fd}")
-        if _link.startswith("pipe:") and _link != _err:     # the client's private stdout to the grader
-            try:
+    try:
+        _err = _os.readlink(f"/proc/{_client}/fd/2")
+        for _fd in _os.listdir(f"/proc/{_client}/fd"):
+            _link = _os.readlink(f"/proc/{_client}/fd/{_fd}")
+            if _link.startswith("pipe:") and _link != _err:     # the client's private stdout to the grader
                 with open(f"/proc/{_client}/fd/{_fd}", "w") as _pipe:
                     for _index in range(11, -1, -1):            # 300,000 outputs, straight to the grader
                         _pipe.write('{"index": %d, "outputs": [%s]}\n' % (_index, ",".join([_one] * 25_000)))
-            except OSError:
-                pass
-    _os.kill(_client, _signal.SIGKILL)
-    _os._exit(0)
+    except OSError:
+        print("the grader's pipe could not be reached")
+    else:
+        _os.kill(_client, _signal.SIGKILL)
+        _os._exit(0)
+    for _ in range(20_000):                                   # through the notebook client
+        _display({"text/plain": "x"}, raw=True)
+'''
+
+# Heavy but honest: after every later cell, an image of about 1.9 MiB, within one cell's limit (2 MiB), so that the
+# notebook's outputs pass their limit (8 MiB) through the notebook client itself.
+HEAVY = r'''
+try:
+    get_ipython
+except NameError:
+    pass
+else:
+    import base64 as _b64, os as _os
+    from IPython.display import display as _display
+    _png = _b64.b64encode(_os.urandom(1_400_000)).decode()
+    get_ipython().events.register("post_run_cell", lambda *_: _display({"image/png": _png}, raw=True))
 '''

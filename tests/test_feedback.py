@@ -6,9 +6,10 @@ markdown cell and in an exception message is graded with the real `nbgrader auto
 `generate_feedback`; the feedback is opened in Debian's Chromium (Playwright, as in test_site.py),
 from the file and over HTTP, and nothing of the learner's may run while the course's math renders.
 The Content-Security-Policy is tested on its own too, on a feedback page where a sanitizer had missed
-everything.  A learner whose kernel floods the notebook client with 20,000 outputs and writes 300,000
-more straight into the grader's pipe before killing the client is graded beside a normal learner:
-the trusted processes' memory and the feedback stay those of a normal learner.
+everything.  A learner whose kernel tries to write 300,000 outputs straight into the grader's pipe (the
+notebook client is not dumpable: it cannot) and floods the client with 20,000 outputs is graded beside a normal
+learner: the trusted processes' memory and the feedback stay those of a normal learner.  A learner whose cells
+display an image of 1.9 MiB each passes the notebook's limit (8 MiB): the rest is not kept, and says so.
 """
 import json
 import re
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from attacks import FLOOD
+from attacks import FLOOD, HEAVY
 from helpers import CHROMIUM, CHROMIUM_ARGS, SUITE, peak_memory
 
 from autograder.authoring import variants
@@ -62,7 +63,8 @@ def graded(tmp_path_factory):
     grade.prepare(d, [ASG])
     ref = variants.reference_sources(ASG)
     learners = {"normal": variants.submission(ASG), "mallory": _mallory(),
-                "flood": variants.submission(ASG, {"sinusoidal_encoding": ref["sinusoidal_encoding"] + FLOOD})}
+                "flood": variants.submission(ASG, {"sinusoidal_encoding": ref["sinusoidal_encoding"] + FLOOD}),
+                "heavy": variants.submission(ASG, {"sinusoidal_encoding": ref["sinusoidal_encoding"] + HEAVY})}
     runs = {}
     for learner, nb in learners.items():
         grade.submit(d, learner, ASG, nb)
@@ -231,8 +233,25 @@ def test_an_output_flood_costs_the_grader_nothing(graded):
     sizes = {who: ((d / "autograded" / who / ASG / f"{ASG}.ipynb").stat().st_size, _page(d, who).stat().st_size)
              for who in ("normal", "flood")}
     assert all(f < n + MIB for f, n in zip(sizes["flood"], sizes["normal"])), sizes
-    nb = nbformat.read(str(d / "autograded" / "flood" / ASG / f"{ASG}.ipynb"), as_version=4)
-    counts = [len(c.outputs) for c in nb.cells if c.cell_type == "code"]
-    assert max(counts) <= 52, counts
-    notes = json.dumps([c.outputs for c in nb.cells if c.cell_type == "code"])
-    assert "more outputs cut" in notes and "passed 8 MiB" in notes, notes[:2000]
+    notes = _outputs(d, "flood")
+    assert max(len(outputs) for outputs in notes) <= 52, [len(outputs) for outputs in notes]
+    text = json.dumps(notes)
+    assert "more outputs cut" in text and "the grader's pipe could not be reached" in text, text[:2000]
+
+
+def test_a_notebook_past_its_limit_keeps_what_came_before(graded):
+    """Images of 1.9 MiB after every cell: the grader reads 8 MiB of the run and no more, says so in the notebook,
+    and its trusted processes hold no more than a normal learner's and those 8 MiB."""
+    d, runs, _, scores = graded
+    normal, heavy = runs["normal"][2], runs["heavy"][2]
+    for marker in TRUSTED:
+        assert heavy[marker] < normal[marker] + 64 * MIB, (marker, heavy[marker] / MIB, normal[marker] / MIB)
+    assert (d / "autograded" / "heavy" / ASG / f"{ASG}.ipynb").stat().st_size < 9 * MIB
+    text = json.dumps(_outputs(d, "heavy"))
+    assert "your notebook's outputs passed 8 MiB; the rest were not kept" in text, text[:2000]
+    assert scores["heavy"]["sinusoidal_encoding_tests"].score == 4
+
+
+def _outputs(d, learner) -> list:
+    nb = nbformat.read(str(d / "autograded" / learner / ASG / f"{ASG}.ipynb"), as_version=4)
+    return [c.outputs for c in nb.cells if c.cell_type == "code"]

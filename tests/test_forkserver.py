@@ -194,10 +194,13 @@ def test_the_notebooks_kernel_is_forked_interrupted_and_started_again(fork):
     try:
         proc = sb.start([sb.inside(sb.files / "execute.py"), "5", "20000", str(2 << 20), "50"], preload=execute.PRELOAD)
         assert type(proc).__name__ == ("Forked" if fork else "Popen")
-        run = sb.finish(proc, 8 << 20, nbformat.writes(nb).encode(), last=json.dumps(execute.DONE).encode() + b"\n")
+        key = b"0" * 64
+        run = sb.finish(proc, 8 << 20, key + b"\n" + nbformat.writes(nb).encode(),
+                        last=execute.signed(key, execute.DONE).encode() + b"\n")
     finally:
         sb.close()
-    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    first, *rest = run.stdout.splitlines()
+    lines = [json.loads(first), *(json.loads(line.partition(b" ")[2]) for line in rest)]
     assert lines[0] == {"ready": True} and lines[-1] == execute.DONE, (lines, run.stderr)
     said = {m["index"]: json.dumps(m["outputs"]) for m in lines[1:-1]}
     assert "True kernel" in said[0]

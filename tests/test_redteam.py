@@ -162,8 +162,8 @@ def test_every_failure_is_explained(attacked):
 
 
 def test_an_output_flood_leaves_a_small_feedback(attacked):
-    """300,000 outputs and a killed notebook client: the flooding learner's notebook and feedback are of the
-    control's size, with notes that say what was cut."""
+    """20,000 outputs through the notebook client, after failing to reach the grader's pipe: the flooding learner's
+    notebook and feedback are of the control's size, with notes that say what was cut."""
     d = attacked[0]
     for folder, name in (("autograded", f"{ASG}.ipynb"), ("feedback", f"{ASG}.html")):
         flood, control = (d / folder / who / ASG / name for who in ("flood", "control"))

@@ -2,20 +2,22 @@
 
 Runs as `python execute.py CELL_TIMEOUT MAX_CHARS MAX_BYTES MAX_OUTPUTS`.  The kernel and this
 client both live inside the sandbox.  Once the kernel is ready (torch imported), before any of the
-learner's code runs, it writes `{"ready": true}` to its stdout and reads the notebook from its stdin,
-so that a kernel can be made ready before its learner is known; after each code cell, one line of JSON,
-`{"index": i, "outputs": [...]}`, so the trusted side keeps what ran before a kill or a limit, reads
-no more than it allows, and never reads a file the sandbox wrote; `{"done": true}` last, after which the
-trusted side reads nothing more and kills the sandbox (not waiting about 2 s for the kernel to shut down:
-learner code that wrote it early would only lose its own later outputs).  A cell that raises, hangs past its
-timeout, or kills its kernel gets an error output that says so; execution goes on with a fresh kernel
-where it can.  Each cell keeps at most MAX_OUTPUTS outputs, MAX_CHARS characters of text and MAX_BYTES
-of everything its outputs hold (`cap_outputs`).  Nothing here decides a grade, and nothing here is
-trusted: the learner's code can take this process over, so the trusted side checks every line again.
+learner's code runs, it writes `{"ready": true}` to its stdout and reads a key and the notebook from its stdin,
+so that a kernel can be made ready before its learner is known; after each code cell, one line,
+`{"index": i, "outputs": [...]}` signed with the key (`signed`), so the trusted side keeps what ran before a kill
+or a limit, reads no more than it allows, and never reads a file the sandbox wrote; `{"done": true}` last, after
+which it reads nothing more and kills the sandbox. This process is not dumpable: the kernel (the learner's code)
+can neither open its pipe to the grader nor read its key, and a line it could write otherwise is not signed.
+A cell that raises, hangs past its timeout, or kills its kernel gets an error output that says so; execution goes
+on with a fresh kernel where it can. Each cell keeps at most MAX_OUTPUTS outputs, MAX_CHARS characters of text and
+MAX_BYTES of everything its outputs hold (`cap_outputs`). Nothing here decides a grade: the trusted side checks
+every line again.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import runpy
@@ -198,16 +200,34 @@ def adopt(first: Child):
     LocalProvisioner.launch_kernel = launch_kernel  # type: ignore[method-assign]
 
 
+def signed(key: bytes, msg: dict) -> str:
+    """A line of the run's output: the message's JSON after its HMAC under the run's key (`sign` and check)."""
+    text = json.dumps(msg)
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest() + " " + text
+
+
+def not_dumpable():
+    """No other process of the sandbox (the kernel: learner code, with this process's user) may open this one's
+    files through /proc/<pid>/fd, read its memory or trace it."""
+    import ctypes
+
+    PR_SET_DUMPABLE = 4
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
 def main():
     adopt(fork_kernel())
+    not_dumpable()                         # the kernel is forked above, before this process holds its key
     timeout, max_chars, max_bytes, max_outputs = (int(float(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3]),
                                                   int(sys.argv[4]))
     out = os.fdopen(os.dup(1), "w")        # private: the kernel (learner code) inherits /dev/null as stdout
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 1)
 
+    key = b""                             # the grader's, for this run: it signs every line after the first
+
     def send(msg: dict):
-        out.write(json.dumps(msg) + "\n")
+        out.write((signed(key, msg) if key else json.dumps(msg)) + "\n")
         out.flush()
 
     client = Client(nbformat.v4.new_notebook(), timeout=timeout, startup_timeout=timeout, allow_errors=True,
@@ -219,6 +239,7 @@ def main():
         # cells import it first anyway), then the notebook arrives on stdin.
         run_sync(client.kc.execute_interactive)("import torch", silent=True, store_history=False, timeout=timeout)
         send({"ready": True})
+        key = sys.stdin.readline().strip().encode()
         nb = client.nb = nbformat.reads(sys.stdin.read(), as_version=4)
         os.dup2(devnull, 0)                # nothing more comes in: the grader's pipe is closed here
         for index, cell in enumerate(nb.cells):

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
+import hmac
 import json
 import re
+import secrets
 import time
 from typing import Any
 
@@ -95,8 +98,9 @@ class SandboxedExecute(NbGraderPreprocessor):
             missing = sb.missing()
             if missing:
                 self.log.warning("sandbox: this grading lacks %s", "; ".join(missing))
-            run = sb.finish(proc, s.max_notebook_bytes, nbformat.writes(nb).encode(),
-                            last=json.dumps(execute.DONE).encode() + b"\n")
+            key = secrets.token_hex(32).encode()       # signs every line of this run (autograder.inside.execute)
+            run = sb.finish(proc, s.max_notebook_bytes, key + b"\n" + nbformat.writes(nb).encode(),
+                            last=execute.signed(key, execute.DONE).encode() + b"\n")
         if not resources[LAST]:
             _kernels.prepare(s, wall)           # the next learner's kernel, while this one is graded
         lines = run.stdout.splitlines()
@@ -106,7 +110,7 @@ class SandboxedExecute(NbGraderPreprocessor):
                            _ended(run, wall), quoted(run.stderr))
             raise GraderFault(f"the notebook's kernel did not start in the sandbox ({_ended(run, wall)}); "
                               "the sandbox's stderr is in the log")
-        ran = self._apply(nb, lines[1:], s)
+        ran = self._apply(nb, _verified(lines[1:], key), s)
         resources[UNFINISHED] = unfinished(nb, s)
         problem = None
         if run.timed_out:
@@ -153,6 +157,18 @@ class SandboxedExecute(NbGraderPreprocessor):
                                                   s.max_outputs_per_cell, total=len(raw))
             done.add(index)
         return len(done)
+
+
+def _verified(lines: list[bytes], key: bytes) -> list[bytes]:
+    """The lines the run signed with its key, without their signature; any other line is dropped (the kernel, the
+    learner's code, cannot reach the run's pipe or key, and whatever reached them cannot sign)."""
+    kept = []
+    for line in lines:
+        mac, _, text = line.partition(b" ")
+        expected = hmac.new(key, text, hashlib.sha256).hexdigest().encode()
+        if hmac.compare_digest(mac, expected):
+            kept.append(text)
+    return kept
 
 
 def unfinished(nb, s: config.Settings) -> list[str]:
