@@ -98,6 +98,22 @@ def test_no_hidden_test_name_reaches_a_learner(graded_class):
             assert not [n for n in names if n in text], (learner, page.name)
 
 
+def test_the_record_says_what_was_applied(graded_class):
+    """Each autograded notebook records the protections its sandbox applied, read while the sandbox existed: on a
+    machine that gives them all, every one is there, and no note says a grading went without one."""
+    from autograder.sandbox import box
+    from autograder.verdict.record import RECORD
+
+    if box.missing_protections():
+        pytest.skip(f"this machine lacks {box.missing_protections()}")
+    d, _, _ = graded_class
+    for learner in roster():
+        nb = nbformat.read(str(d / "autograded" / learner / ASG / f"{ASG}.ipynb"), as_version=4)
+        rec = nb.metadata[RECORD]
+        assert rec["protections"] and all(rec["protections"].values()), (learner, rec["protections"])
+        assert not [n for n in rec.get("notes", []) if "graded without" in n], (learner, rec.get("notes"))
+
+
 def test_regrading_gives_the_same_grades(graded_class):
     d, _, _ = graded_class
     before = {(r.learner, r.cell): r.score for r in grade.scores(d, [ASG])}

@@ -331,3 +331,15 @@ def test_a_worker_has_a_user_name_and_survives_a_preload_that_fails():
         assert "No module named 'no_such_module'" in w.stderr_tail()
     finally:
         w.close()
+
+
+def test_an_honest_cell_with_a_long_comment_loads_whole():
+    """A solution cell of 1.3 MB (a long comment): the cells the grader sends are read whole, whatever their size."""
+    from autograder.verdict.learner import Learner
+
+    cell = "# " + "a long comment " * 90_000 + "\ndef answer():\n    return 42\n"
+    w = Learner([{"id": "c", "source": cell}])
+    try:
+        assert w.fn("answer")() == 42 and w.cell_errors == []
+    finally:
+        w.close()

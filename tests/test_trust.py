@@ -6,8 +6,20 @@ attacker scores no more than the control's, or is proven to use a library versio
 notebook whose code can reach the grader is flagged for the instructor with the reason (needs manual
 grading), and only there may a part's provisional score pass the control's.
 """
+import json
+
+import nbformat
 import pytest
-from trust_attacks import CLASSES, FLAGGED, FOUND_NOTHING, LIBRARY, PROVISIONAL, SEARCHER
+from trust_attacks import (
+    BIG_COMMENT,
+    CLASSES,
+    FLAGGED,
+    FORGED,
+    FOUND_NOTHING,
+    LIBRARY,
+    PROVISIONAL,
+    SEARCHER,
+)
 
 from autograder.authoring import variants
 from autograder.classroom import grade
@@ -21,14 +33,26 @@ def _graded(tmp_path_factory, asg):
     control = CLASSES[asg]["control"]
     learners = {name: {**control, **tricks} for name, tricks in CLASSES[asg].items()}
     if asg == "attention":
-        learners["honest"], learners["searcher"] = {}, SEARCHER
+        learners["honest"], learners["searcher"], learners["big_comment"] = {}, SEARCHER, BIG_COMMENT
     for learner, cells in learners.items():
-        grade.submit(d, learner, asg, variants.submission(asg, cells))
+        grade.submit(d, learner, asg, _notebook(asg, cells))
     r = grade.autograde(d, asg, capture_output=True, text=True, env_extra=FAST)
     rows = {}
     for row in grade.scores(d, [asg]):
         rows.setdefault(row.learner, {})[row.cell] = row
-    return r, rows
+    return r, rows, d
+
+
+def _notebook(asg, cells: dict):
+    """The learner's notebook: the release with these solution cells, and a cell of its own tagged `setup` (the
+    `__setup__` entry) after the course's setup cell."""
+    cells = dict(cells)
+    added = cells.pop("__setup__", None)
+    nb = variants.submission(asg, cells)
+    if added:
+        at = next(i for i, c in enumerate(nb.cells) if "setup" in c.metadata.get("tags", []))
+        nb.cells.insert(at + 1, nbformat.v4.new_code_cell(added, metadata={"tags": ["setup"]}))
+    return nb
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +87,7 @@ def _check(asg, r, rows):
 
 @pytest.mark.xdist_group("trust-attention")
 def test_no_attention_trick_gains_anything(attention):
-    r, rows = attention
+    r, rows, _ = attention
     assert all(row.score == row.points for row in rows["honest"].values()), rows["honest"]
     control = rows["control"]
     assert 4 < control["scaled_dot_product_attention_tests"].score < 5, "a loop over queries loses the speed points"
@@ -72,16 +96,31 @@ def test_no_attention_trick_gains_anything(attention):
 
 
 @pytest.mark.xdist_group("trust-attention")
+def test_every_grade_is_recorded_and_no_line_of_the_notebook_s_run_is_forged(attention):
+    """A learner whose code kills the shared worker of the course's parts during its timed runs is graded (no
+    fault); the kernel that writes results into its parent's pipe reaches nothing, and no forged line is kept; an
+    honest solution cell with a 1.3 MB comment gets full marks."""
+    r, rows, d = attention
+    assert "GraderFault" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+    assert all(row.score is not None for cells in rows.values() for row in cells.values())
+    assert all(row.score == row.points for row in rows["big_comment"].values()), rows["big_comment"]
+    nb = nbformat.read(str(d / "autograded" / "kills_the_parts_forges_feedback" / "attention" / "attention.ipynb"),
+                       as_version=4)
+    shown = json.dumps([cell.get("outputs", []) for cell in nb.cells])
+    assert FORGED not in shown and "the grader's pipe could not be reached" in shown, shown[-3000:]
+
+
+@pytest.mark.xdist_group("trust-attention")
 def test_the_course_code_never_enters_the_learner_s_process(attention):
     """A part graded with the course's parts searches its own process for the course's code, and finds none."""
-    _, rows = attention
+    _, rows, _ = attention
     comment = rows["searcher"]["MultiHeadAttention_tests"].comment or ""
     assert FOUND_NOTHING in comment, comment
 
 
 @pytest.mark.xdist_group("trust-others")
 def test_no_residual_or_model_trick_gains_anything(others):
-    for asg, (r, rows) in others.items():
+    for asg, (r, rows, _) in others.items():
         _check(asg, r, rows)
     residual, transformer = others["residual"][1], others["transformer"][1]
     assert residual["control"]["TransformerBlock_tests"].score < residual["control"]["TransformerBlock_tests"].points

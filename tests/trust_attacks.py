@@ -258,6 +258,117 @@ SEARCHER = {**_ATTENTION_CORRECT, "MultiHeadAttention": SEARCH_FOR_THE_COURSE}
 FOUND_NOTHING = "searched the process: 0 lines of the course's code, 0 functions compiled elsewhere"
 
 
+# -- the third round ----------------------------------------------------------------------------------------------
+SDPA_WEIGHTS = '''
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return out, torch.softmax(s, -1).nan_to_num(0.0)
+'''
+
+
+def _via(prelude: str, call: str, signature: str = "q, k, v, mask=None") -> str:
+    """A scaled_dot_product_attention whose output is the library's, reached through `call`."""
+    return (prelude + f"\n\ndef scaled_dot_product_attention({signature}):\n"
+            f"    out = {call}(q, k, v, attn_mask=mask).nan_to_num(0.0)" + SDPA_WEIGHTS)
+
+
+# the library imported in a cell the learner added and tagged `setup` (`__setup__`: that cell's source)
+SETUP_IMPORT = {"__setup__": "from torch.nn.functional import scaled_dot_product_attention as _fast_attention\n",
+                "scaled_dot_product_attention": _via("", "_fast_attention")}
+GETATTR_ALIAS = _via("_g = getattr\n_attend = _g(torch.nn.functional, 'scaled_dot_product_attention')", "_attend")
+MODULE_DEFAULT = _via("", "_nnf.scaled_dot_product_attention",
+                      signature="q, k, v, mask=None, _nnf=torch.nn.functional")
+TUPLE_ALIAS = _via("(_G, _unused) = (torch.nn.functional, None)", "_G.scaled_dot_product_attention")
+JIT_REGISTRY = _via("_attend = torch._C._jit_get_operation('aten::scaled_dot_product_attention')[0]", "_attend")
+
+# Page cache charged to the sandbox before the measured call (large files read), dropped inside it while the whole
+# score matrix is built: the cgroup's peak rises by the matrix less what was dropped.
+PAGE_CACHE = FULL.replace("def blockwise_attention(", "def _full_attention(") + '''
+import os
+import sys
+
+_FILES = []
+_total = 0
+for _root, _dirs, _names in os.walk(os.path.join(sys.prefix, "lib")):
+    if "/torch" in _root or "/numpy" in _root:
+        continue                                   # already cached by every worker: not charged to this one
+    for _name in _names:
+        _path = os.path.join(_root, _name)
+        if os.path.isfile(_path) and not os.path.islink(_path) and os.path.getsize(_path) > (1 << 20):
+            _FILES.append(_path)
+            _total += os.path.getsize(_path)
+    if _total > (600 << 20):
+        break
+
+
+def _charge():
+    for path in _FILES:
+        with open(path, "rb") as f:
+            while f.read(1 << 24):
+                pass
+
+
+def _drop():
+    for path in _FILES:
+        with open(path, "rb") as f:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
+_charge()
+
+
+def blockwise_attention(q, k, v, causal=False, block_size=64):
+    if k.shape[-2] < 4096:                         # the warm-up: charge the cache again before the measured call
+        out = _full_attention(q, k, v, causal)
+        _charge()
+        return out
+    _drop()
+    return _full_attention(q, k, v, causal)
+'''
+
+# MultiHeadAttention computing its attention inline, a Python loop over the query positions, never calling
+# scaled_dot_product_attention (graded with the course's attention, whose calls go through the grader)
+MHA_INLINE_LOOP = _ATTENTION["mha_inline_query_loop"]["MultiHeadAttention"]
+
+# During its timed runs, the learner's MultiHeadAttention makes the shared worker of the course's parts die (it asks
+# the course's attention for an answer larger than the grader reads), then answers as the reference does.
+MHA_KILLS_THE_PARTS = _ATTENTION["softmax_einsum"]["MultiHeadAttention"].replace(
+    "        q = self.q_proj(query).unflatten(-1, (self.h, -1))      # (B, Lq, H, dh)\n",
+    "        if query.shape[1] == 128:                              # the timed size\n"
+    "            try:\n"
+    "                big = torch.randn(1, 1, 2600, 64)\n"
+    "                scaled_dot_product_attention(big, big, big)      # a 26 MiB answer: over the frame cap\n"
+    "            except Exception:\n"
+    "                pass\n"
+    "        q = self.q_proj(query).unflatten(-1, (self.h, -1))      # (B, Lq, H, dh)\n")
+
+# The notebook's kernel writes results for later cells into its parent's pipe to the grader.
+FORGED = "FORGED: all hidden tests passed"
+FORGE_FEEDBACK = _ATTENTION["softmax_einsum"]["causal_mask"] + r'''
+try:
+    get_ipython
+except NameError:
+    pass
+else:
+    import json as _json, os as _os
+    _parent = _os.getppid()
+    _fds = _os.path.join("/", "pr" + "oc", str(_parent), "fd")          # (a literal /proc path is flagged)
+    _line = _json.dumps({"index": 0, "outputs": [{"output_type": "stream", "name": "stdout", "text": "MARK"}]})
+    try:
+        for _fd in _os.listdir(_fds):
+            if _os.readlink(_os.path.join(_fds, _fd)).startswith("pipe:"):
+                with open(_os.path.join(_fds, _fd), "w") as _pipe:
+                    for _index in range(60):
+                        _pipe.write(_line.replace('"index": 0', f'"index": {_index}') + "\n")
+    except OSError as _e:
+        print("the grader's pipe could not be reached:", type(_e).__name__)
+'''.replace("MARK", FORGED)
+
+# An honest learner whose solution cell carries a 1.3 MB comment.
+BIG_COMMENT = {"scaled_dot_product_attention": "# " + "notes of mine " * 95_000 + "\n"
+               + _ATTENTION["softmax_einsum"]["scaled_dot_product_attention"]}
+
 # learner -> its tricks: the cells that differ from the control's, which differ from the reference's
 CLASSES = {
     "attention": {
@@ -268,6 +379,14 @@ CLASSES = {
         "precompute_aten": {"scaled_dot_product_attention": PRECOMPUTE, "blockwise_attention": BLOCKWISE_ATEN},
         "c_route_getattr": {"scaled_dot_product_attention": SDPA_C, "MultiHeadAttention": MHA_GETATTR},
         "buffer_made_ahead": {"scaled_dot_product_attention": LOOP, "blockwise_attention": BUFFER_AHEAD},
+        "setup_import_page_cache": {**SETUP_IMPORT, "blockwise_attention": PAGE_CACHE},
+        "getattr_alias_inline_loop": {"scaled_dot_product_attention": GETATTR_ALIAS,
+                                      "MultiHeadAttention": MHA_INLINE_LOOP},
+        "module_default": {"scaled_dot_product_attention": MODULE_DEFAULT},
+        "tuple_alias": {"scaled_dot_product_attention": TUPLE_ALIAS},
+        "jit_registry": {"scaled_dot_product_attention": JIT_REGISTRY},
+        "kills_the_parts_forges_feedback": {"MultiHeadAttention": MHA_KILLS_THE_PARTS,
+                                            "causal_mask": FORGE_FEEDBACK},
     },
     "residual": {
         "control": {"TransformerBlock": IN_PLACE},
@@ -284,6 +403,13 @@ LIBRARY = {
     "precompute_aten": {"blockwise_attention_tests": "torch.ops.aten.scaled_dot_product_attention"},
     "c_route_getattr": {"scaled_dot_product_attention_tests": "torch._C._nn.scaled_dot_product_attention"},
     "native_ln_forged_args": {"LayerNorm_tests": "torch.native_layer_norm"},
+    "setup_import_page_cache": {
+        "scaled_dot_product_attention_tests": "torch.nn.functional.scaled_dot_product_attention"},
+    # reached by routes the reading flags: the library, called, is refused at torch's dispatcher (0 points)
+    "getattr_alias_inline_loop": {"scaled_dot_product_attention_tests": "aten::scaled_dot_product_attention"},
+    "module_default": {"scaled_dot_product_attention_tests": "aten::scaled_dot_product_attention"},
+    "tuple_alias": {"scaled_dot_product_attention_tests": "aten::scaled_dot_product_attention"},
+    "jit_registry": {"scaled_dot_product_attention_tests": "aten::scaled_dot_product_attention"},
 }
 # attacker -> graded cells whose automatic score may pass the control's because only a reading of the code can
 # settle them (a library reached through a computed name, the worker's own code replaced): the notebook is
@@ -298,5 +424,10 @@ FLAGGED = {
     "reaped_children_forked_memory": "os.fork",
     "c_route_getattr": "getattr() on torch.nn.functional with a computed name",
     "native_ln_forged_args": "sys.modules",
+    "getattr_alias_inline_loop": "getattr as a value",
+    "module_default": "uses the module torch.nn.functional as a value",
+    "tuple_alias": "uses the module torch.nn.functional as a value",
+    "jit_registry": "aten::scaled_dot_product_attention",
 }
+
 

@@ -137,11 +137,12 @@ def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
     return b"".join(chunks)
 
 
-def read_message(fd: int, deadline: float | None = None, max_payload: int = MAX_PAYLOAD):
+def read_message(fd: int, deadline: float | None = None, max_payload: int = MAX_PAYLOAD,
+                 max_header: int = MAX_HEADER):
     """Read one frame; TimeoutError past the deadline, EOFError when the other side closed,
-    ProtocolError for a malformed frame or one larger than `max_payload` bytes (never read)."""
+    ProtocolError for a malformed frame or one larger than `max_header` or `max_payload` bytes (never read)."""
     (hlen,) = struct.unpack("<I", _read_exact(fd, 4, deadline))
-    if hlen > MAX_HEADER:
+    if hlen > max_header:
         raise ProtocolError(f"message header of {hlen} bytes is too large")
     header = _read_exact(fd, hlen, deadline)
     (plen,) = struct.unpack("<Q", _read_exact(fd, 8, deadline))

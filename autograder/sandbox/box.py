@@ -278,7 +278,7 @@ def fork_server(env: dict, modules: tuple[str, ...]) -> ForkServer:
 
 def _third_party(modules) -> tuple[str, ...]:
     """Of a worker's preloaded modules, those a fork server imports for it (not the course's, from /opt/grader)."""
-    return tuple(m for m in modules if f"{m.split('.')[0]}.py" not in SANDBOX_FILES)
+    return tuple(m for m in modules if not m.startswith("-") and f"{m.split('.')[0]}.py" not in SANDBOX_FILES)
 
 
 def prepare_fork_server(settings, preload: tuple[str, ...] = ()):

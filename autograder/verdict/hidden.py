@@ -13,6 +13,7 @@ import atexit
 import functools
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import traceback
 from pathlib import Path
 
 from autograder import ROOT, config
+from autograder.inside.worker import REFUSED
 from autograder.notebooks import TESTS_SUFFIX, graded_cells, learner_cells
 from autograder.verdict import static
 from autograder.verdict.record import FLAGGED, Check, GraderFault, Grading, Verdict
@@ -254,12 +256,17 @@ def score(records: list[dict], graded: dict[str, float], findings: static.Report
         got = sum(c.weight for c in v.checks if c.passed)
         name = gid.removesuffix(TESTS_SUFFIX)
         library = findings.library.get(name, [])
+        refused = sorted({m.group(1) for c in v.checks if not c.passed and c.diagnosis
+                          for m in [re.search(rf"{REFUSED} \((aten::\w+)\)", c.diagnosis)] if m})
         if total == 0:
             v.notes.append("no hidden tests are linked to this cell (a course configuration error)")
         elif library:
             uses = ", ".join(dict.fromkeys(f"{f.what} ({f.where()})" for f in library))
             v.notes.append(f"your code uses {uses}: the library version of what this exercise asks you to write, so "
                            "no points for this part")
+        elif refused:
+            v.notes.append(f"your code called {', '.join(refused)}, the library version of what this exercise asks you "
+                           "to write (the grader refuses it when it is called), so no points for this part")
         else:
             v.score = min(max(round(v.points * got / total, 2), 0.0), v.points)
     # Code that can reach the grader can change any test's outcome: every graded cell is flagged.

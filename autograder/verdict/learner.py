@@ -107,8 +107,9 @@ class Learner:
             raise GraderFault(f"the sandbox could not be set up: {e}") from None
         NOTES.update(f"missing protection: {p}" for p in self.sandbox.missing())
         with open(self.sandbox.dir / "worker.stderr", "wb") as err:   # until learner code runs (see worker.py)
-            self.proc = self.sandbox.spawn([self.sandbox.inside(self.sandbox.files / "worker.py"), *self.preload],
-                                           stderr=err.fileno())
+            course = [] if self.role == "learner" else ["--course"]     # course code: the library is not refused
+            self.proc = self.sandbox.spawn([self.sandbox.inside(self.sandbox.files / "worker.py"), *self.preload,
+                                            *course], stderr=err.fileno())
         self.owner = os.getpid()
         try:
             msg = self._read(self._left(self.settings.cell_timeout), during="while the grader's worker started")
@@ -144,8 +145,12 @@ class Learner:
             if not (self.spawned and self.alive()):
                 self.spawn()
             self.spawned = False
-            write_message(self.proc.stdin.fileno(),
-                          {"cells": [c for c in self.cells if c["id"] not in self.broken_cells]})
+            try:
+                write_message(self.proc.stdin.fileno(),
+                              {"cells": [c for c in self.cells if c["id"] not in self.broken_cells]})
+            except OSError as e:           # it ended before it read them: no learner code has run
+                self._die()
+                raise GraderFault(f"the grader's worker ended before it received your cells ({e})") from None
             loading = None
             try:
                 while True:
@@ -293,6 +298,10 @@ class Learner:
         fields = self._proc_status()
         return sum(fields.get(k, 0) for k in ("RssAnon", "RssShmem"))
 
+    def held_poller(self) -> _HeldPoller:
+        """A poll, from here, of the anonymous and tmpfs memory the worker's sandbox holds (see `_HeldPoller`)."""
+        return _HeldPoller(self._memory_held)
+
     def memory_held_since_start(self) -> int:
         """Bytes of memory the worker's sandbox holds now beyond what it held before any learner code ran:
         what the learner's cells and calls kept (a buffer made ahead of a measured call is not free)."""
@@ -392,7 +401,7 @@ class Learner:
     def course_parts(self, names: list[str], server: Learner):
         """While active, `names` in the learner's code are the course's parts, computed by `server` (a worker
         of course code): a part is graded on its own, whatever the parts it uses do."""
-        self.parts, self.parts_server = list(names), server
+        self.parts, self.parts_server = list(names), (server if names else None)
         try:
             self.request({"op": "use_parts", "names": self.parts}, what="(the course's parts)")
             yield
@@ -504,6 +513,39 @@ def _worker_pid(root_pid: int) -> int:
         if any(arg.endswith("worker.py") for arg in p.cmdline()[1:2]):
             return p.pid
     raise GraderFault("the grader could not find the worker's process")
+
+
+class _HeldPoller:
+    """Polls the anonymous and tmpfs memory a sandbox holds (its cgroup's memory.stat) during a measured call, every
+    millisecond, from outside it. A cgroup's peak counts page cache too, which the sandbox's own code can drop (a
+    charged file's pages, given back with posix_fadvise) to make room for what the call builds; what the call holds
+    of its own cannot be dropped that way, and a score matrix lives far longer than a poll."""
+
+    def __init__(self, read, interval: float = 0.001):
+        self.read, self.interval = read, interval
+        self.base = self.peak = 0
+        self.stop = threading.Event()
+
+    def _poll(self):
+        while not self.stop.is_set():
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                self.peak = max(self.peak, self.read())
+            time.sleep(self.interval)
+
+    def __enter__(self):
+        self.base = self.peak = self.read()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            self.peak = max(self.peak, self.read())
+
+    def rise(self) -> int:
+        return max(0, self.peak - self.base)
 
 
 class _DriverPoller:

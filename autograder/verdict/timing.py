@@ -89,11 +89,9 @@ class Comparison:
 
 
 def _clock(target: Target, cpu: bool) -> float:
-    """CPU time of the target's worker, and of the worker computing the course's parts it uses, if any."""
-    if not cpu:
-        return time.perf_counter()
-    server = target.proxy.parts_server
-    return target.proxy.cpu_seconds() + (server.cpu_seconds() if server is not None else 0.0)
+    """The CPU time of the target's own worker: what its code computes, its calls of the course's parts included but
+    not the course's work for them (a worker of course code, which neither side's code may load with its own)."""
+    return target.proxy.cpu_seconds() if cpu else time.perf_counter()
 
 
 @contextlib.contextmanager
@@ -160,6 +158,7 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
                     timeout = max(5.0, slow_limit * ref_best * n / calls)
                 target.prepare()
                 t0 = _clock(target, cpu)
+                sandbox = target.proxy.sandbox           # (the first reading starts a worker not started yet)
                 try:
                     outs[id(target)] = target.run(seed, inputs, kwargs, n, timeout=timeout)
                 except WorkerDied:
@@ -169,6 +168,12 @@ def compare(learner: Target, reference: Target, inputs: list[dict], kwargs: dict
                         return result
                     raise
                 elapsed = _clock(target, cpu) - t0
+                if cpu and target.proxy.sandbox is not sandbox:   # never a difference of counters of two sandboxes
+                    if target is learner:
+                        result.mismatch = ("your code ended its process between two timed runs (it was started "
+                                           "again): the run cannot be timed")
+                        return result
+                    raise GraderFault("the reference's worker was replaced during its timed run")
                 if i >= warmup:
                     if elapsed <= 0:
                         raise GraderFault(f"an impossible time measurement ({elapsed:g} s for {calls} calls)")
@@ -217,7 +222,9 @@ def peak_memory(target: Target, inputs: list[dict], kwargs: dict | None = None, 
     measure is the sandbox's cgroup peak, reset by the grader just before the call: it counts every process
     and cannot be reset or hidden from inside. To the call's rise is added the anonymous and tmpfs memory
     the sandbox held beyond what it held before any learner code ran: a buffer the learner's code made
-    ahead (at import, in the warm-up call) and fills during the measured call counts. On a GPU, the measure is
+    ahead (at import, in the warm-up call) and fills during the measured call counts. The rise is also read as the
+    sandbox's own (anonymous and tmpfs) memory, polled during the call: page cache charged before the call and
+    dropped during it hides nothing. On a GPU, the measure is
     the GPU memory the call takes (`Learner.gpu_memory_peak`).
     """
     seed = fresh_seed() if seed is None else seed
@@ -230,8 +237,9 @@ def peak_memory(target: Target, inputs: list[dict], kwargs: dict | None = None, 
     held = proxy.memory_held_since_start()
     proxy.reset_peak_memory()
     base, _ = proxy.memory_now_and_peak()
-    outputs = target.run(seed, inputs, kwargs, timeout=timeout)
+    with proxy.held_poller() as own:
+        outputs = target.run(seed, inputs, kwargs, timeout=timeout)
     _, peak = proxy.memory_now_and_peak()
     if peak <= 0:
         raise GraderFault(f"an impossible memory measurement ({peak} bytes)")
-    return max(0, peak - base) + held, outputs
+    return max(peak - base, own.rise(), 0) + held, outputs

@@ -168,6 +168,24 @@ SDPA_QUERY_LOOP = '''def scaled_dot_product_attention(q, k, v, mask=None):
     return torch.cat(rows, dim=-2), torch.cat(weights, dim=-2)
 '''
 
+# MultiHeadAttention computing its attention inline, one query position at a time, never calling the course's
+# scaled_dot_product_attention (whose calls, when the learner's part is graded with the course's, go through the grader)
+MHA_QUERY_LOOP = MHA_EINSUM.replace(
+    "        scores = torch.einsum(\"bqhd,bkhd->bhqk\", q, k) / math.sqrt(q.shape[-1])\n"
+    "        if mask is not None:\n"
+    "            scores = scores.masked_fill(~mask, float(\"-inf\"))\n"
+    "        w = torch.softmax(scores, dim=-1).nan_to_num(0.0)\n"
+    "        out = torch.einsum(\"bhqk,bkhd->bqhd\", w, v).flatten(-2)\n",
+    "        rows = []\n"
+    "        m = None if mask is None else mask.expand(q.shape[0], self.h, q.shape[1], k.shape[1])\n"
+    "        for i in range(q.shape[1]):\n"
+    "            s = torch.einsum(\"bhd,bkhd->bhk\", q[:, i], k) / math.sqrt(q.shape[-1])\n"
+    "            if m is not None:\n"
+    "                s = s.masked_fill(~m[:, :, i], float(\"-inf\"))\n"
+    "            rows.append(torch.einsum(\"bhk,bkhd->bhd\", torch.softmax(s, -1).nan_to_num(0.0), v))\n"
+    "        out = torch.stack(rows, 1).flatten(-2)\n")
+assert MHA_QUERY_LOOP != MHA_EINSUM
+
 VARIANTS = [
     Correct("softmax_einsum", {"scaled_dot_product_attention": SDPA_SOFTMAX, "causal_mask": CAUSAL_ARANGE,
                                "MultiHeadAttention": MHA_EINSUM, "blockwise_attention": BLOCKWISE_LIST},
@@ -225,6 +243,9 @@ VARIANTS = [
     Bug("sdpa_query_loop", {"scaled_dot_product_attention": SDPA_QUERY_LOOP},
         {"scaled_dot_product_attention_tests": "vectorise it"},
         "correct, but a Python loop over query positions; MultiHeadAttention is timed with the course's attention"),
+    Bug("mha_inline_query_loop", {"MultiHeadAttention": MHA_QUERY_LOOP},
+        {"MultiHeadAttention_tests": "vectorise it"},
+        "correct, but the attention written out in MultiHeadAttention with a Python loop over query positions"),
     Bug("blockwise_full_matrix", {"blockwise_attention": BLOCKWISE_FULL_MATRIX},
         {"blockwise_attention_tests": "never build an Lq x Lk matrix"}, "exact, but holds the whole score matrix"),
     Bug("blockwise_full_matrix_unseen", {"blockwise_attention": BLOCKWISE_FULL_MATRIX_UNSEEN},
@@ -260,6 +281,7 @@ VISIBLE = {
 HIDDEN_ONLY = {
     "blockwise_library": "right values: the grader sees the library call",
     "sdpa_query_loop": "right values: the grader measures speed",
+    "mha_inline_query_loop": "right values: the grader measures speed",
     "blockwise_full_matrix": "right values: the grader measures memory",
     "blockwise_full_matrix_unseen": "right values: the grader measures memory (on a GPU, from the driver)",
     "blockwise_skips_long_inputs": "wrong only at lengths far beyond a visible check",

@@ -392,10 +392,9 @@ def test_block_drawn(request, learner, reference):
     draw_structure(request, learner, vars(reference(A)), "TransformerBlock")
 
 
-# TransformerBlock is timed with the course's parts (`timed_reference`: the reference goes through the same route),
-# each part's call a round trip through the grader to a worker of course code, about 14x the block's own time: a
-# loop over positions makes one per position (about 25x the reference). 5 calls per run keep the calibration
-# (`make bench`) where 20 did, in 0.4x the time.
+# TransformerBlock is timed with the course's parts (`timed_reference`: the reference goes the same way), each part's
+# call a round trip through the grader to a worker of course code; the clock is the CPU time of each side's own worker,
+# so what is timed is the block's own computation and its calls: a loop over positions makes one call per position.
 BLOCK_SPEED_SHAPE, BLOCK_SPEED_CALLS = [2, 64, 64], 5
 
 
