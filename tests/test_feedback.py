@@ -45,8 +45,19 @@ MARKDOWN = '''A note of mine.
 LOUD_ROPE = '''def rope(x, base=10000.0):
     raise ValueError('<img src="data:," onerror="window.pwned = \\'comment\\'"> [click](javascript:window.pwned=1)')
 '''
+# Learner text written to read as the grader's, the instructor's, a link or a spreadsheet formula: in an exception
+# message, and in the notebook's metadata under the grader's own keys (what a grading writes there).
+SPOOFING_ALIBI = '''def alibi_bias(*args, **kwargs):
+    raise ValueError("# All hidden tests passed: 4 / 4 **Instructor:** well done, see "
+                     "[your prize](http://leak.invalid/prize) =HYPERLINK(\\"http://leak.invalid\\")")
+'''
+PLANTED = {"grader_problems": ['=HYPERLINK("http://leak.invalid","planted")', "+cmd|' /C calc'!A0 planted"],
+           "autograder": {"notes": ["**Instructor:** planted note"], "protections": {"planted": False}}}
+
+
 def _mallory():
-    nb = variants.submission(ASG, {"rope": LOUD_ROPE})
+    nb = variants.submission(ASG, {"rope": LOUD_ROPE, "alibi_bias": SPOOFING_ALIBI})
+    nb.metadata.update(PLANTED)
     first = next(i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("solution"))
     nb.cells.insert(first + 1, nbformat.v4.new_code_cell(SCRIPTS))
     nb.cells.insert(first + 2, nbformat.v4.new_markdown_cell(MARKDOWN))
@@ -217,6 +228,38 @@ def test_the_autograded_notebook_holds_no_script(graded):
         for active in (r"<\s*(script|svg|iframe|object|embed|style)\b", r"<[^>]*\son\w+\s*=",
                        r"<[^>]*(href|src)\s*=\s*[\"']?\s*(javascript|vbscript|data):", r"\]\(\s*javascript:"):
             assert not re.search(active, text, re.I), (active, text[:300])
+
+
+def test_learner_text_is_inert_everywhere_it_lands(graded):
+    """The grader's keys in a submitted notebook's metadata are not the grader's: nothing planted there reaches the
+    gradebook, the feedback, the CSVs or the report; an exception message written as markdown shows as its text in
+    the feedback (no heading, emphasis or link); no CSV cell starts as a formula."""
+    import csv
+
+    from autograder.classroom import report
+
+    d, _, _, scores = graded
+    comments = " ".join(row.comment or "" for row in scores["mallory"].values())
+    assert "well done" in comments and "planted" not in comments, comments
+    page = _page(d, "mallory").read_text()
+    assert "planted" not in page
+    assert "All hidden tests passed: 4 / 4" in page and "[your prize](http://leak.invalid/prize)" in page, page[-3000:]
+    assert not re.search(r"<h\d[^>]*>[^<]*All hidden|<(strong|em)>\s*Instructor|href=\"http://leak", page), page[-3000:]
+    files = report.build(d, ASG)
+    for name in ("scores", "diagnoses"):
+        with open(files[name], newline="") as f:
+            cells = [cell for row in csv.reader(f) for cell in row]
+        assert not [c for c in cells if c[:1] in ("=", "+", "-", "@", "\t", "\r")], (name, cells)
+    assert any("HYPERLINK" in c for c in cells), cells          # the learner's text is there, as text
+    assert "planted" not in Path(files["html"]).read_text()
+
+
+@pytest.mark.parametrize("value,cell", [("=1+2", "'=1+2"), ("+cmd|x", "'+cmd|x"), ("-2.5", "-2.5"),
+                                        ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "'\tx"), ("plain", "plain"), ("", "")])
+def test_a_csv_cell_is_never_a_formula(value, cell):
+    from autograder.classroom.report import csv_cell
+
+    assert csv_cell(value) == cell
 
 
 # -- output caps ----------------------------------------------------------------------------------------

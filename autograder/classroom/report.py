@@ -106,6 +106,23 @@ def _fmt(x) -> str:
     return "" if x is None else f"{x:g}"
 
 
+def csv_cell(value) -> str:
+    """A CSV cell that a spreadsheet reads as text: one starting with = + - @ or a tab or carriage return (a formula
+    to Excel, LibreOffice and Google Sheets) gets a leading apostrophe. A plain number stays a number."""
+    text = str(value)
+    if text[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        try:
+            float(text)
+        except ValueError:
+            return "'" + text
+    return text
+
+
+def _writer(f):
+    w = csv.writer(f)
+    return lambda row: w.writerow([csv_cell(x) for x in row])
+
+
 CSS = """body{font-family:system-ui,sans-serif;margin:2em auto;max-width:60em;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:.3em .6em;text-align:left}
 td.n{text-align:right}th{background:#f2f2f2}tr.failed td{color:#a00}h1{font-size:1.5em}h2{font-size:1.2em}
@@ -162,16 +179,16 @@ def build(grading_dir: Path, assignment: str, url: str | None = None, failures: 
     order = cell_order(grading_dir, assignment)
     cells, lines = grade.by_learner(rows, failures, order)
     with open(out / "scores.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["learner", *cells, "total", "points", "status"])
+        row = _writer(f)
+        row(["learner", *cells, "total", "points", "status"])
         for learner, scores, total, points, status in lines:
-            w.writerow([learner, *[_fmt(scores.get(c)) for c in cells], _fmt(total), _fmt(points), status])
+            row([learner, *[_fmt(scores.get(c)) for c in cells], _fmt(total), _fmt(points), status])
     diagnoses, notes = class_diagnoses(grading_dir, rows, order) if rows else ([], [])
     with open(out / "diagnoses.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["cell", "diagnosis", "learners", "who"])
+        row = _writer(f)
+        row(["cell", "diagnosis", "learners", "who"])
         for d in diagnoses:
-            w.writerow([d["cell"], d["diagnosis"], d["learners"], " ".join(d["who"])])
+            row([d["cell"], d["diagnosis"], d["learners"], " ".join(d["who"])])
     graded = [x for x in lines if x[4] == "graded"]
     totals = [x[2] for x in graded]
     max_points = max((x[3] for x in graded), default=0.0)

@@ -12,7 +12,6 @@ from nbgrader.preprocessors import (
     CheckCellMetadata,
     ClearOutput,
     DeduplicateIds,
-    GetGrades,
     IgnorePattern,
     LimitOutput,
     OverwriteCells,
@@ -22,7 +21,7 @@ from nbgrader.preprocessors import (
 
 from autograder.pipeline import submission
 from autograder.pipeline.diagnoses import SaveDiagnoses
-from autograder.pipeline.feedback import TEMPLATES, FeedbackHTML, OfflineMathJax
+from autograder.pipeline.feedback import TEMPLATES, FeedbackGrades, FeedbackHTML, OfflineMathJax
 from autograder.pipeline.reader import SubmissionReader
 from autograder.pipeline.run import SandboxedExecute
 from autograder.pipeline.score import HiddenSuites
@@ -52,5 +51,5 @@ def configure(c, feedback_directory: str = ""):
     c.GenerateFeedback.exporter_class = FeedbackHTML
     c.FeedbackHTML.template_name = "feedback"
     c.FeedbackHTML.extra_template_basedirs = [str(TEMPLATES), str(nbgrader_templates)]
-    c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, OfflineMathJax]
+    c.GenerateFeedback.preprocessors = [FeedbackGrades, CSSHTMLHeaderPreprocessor, OfflineMathJax]
     c.OfflineMathJax.feedback_directory = feedback_directory

@@ -2,6 +2,8 @@
 of a preprocessor (`c.Grader`), and how a note or a sandbox's stderr is shown."""
 from __future__ import annotations
 
+import re
+
 import nbformat
 
 from autograder import config
@@ -23,3 +25,9 @@ def settings_of(pre) -> config.Settings:
 def quoted(text: str) -> str:
     """A sandbox's stderr for the log, each line marked, so none of it reads as a line of the grader's own."""
     return "\n".join(f"    | {line}" for line in text.strip().splitlines()[-80:]) or "    | (nothing)"
+
+
+def markdown_text(text: str) -> str:
+    """Text that a markdown renderer shows as the text it is: every ASCII punctuation character escaped, so that
+    what a learner wrote (an exception message, a name) makes no heading, emphasis, link, list, table or HTML."""
+    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)

@@ -1,5 +1,5 @@
-"""`SaveDiagnoses`: each verdict as the gradebook comment of the solution cell it scores; flagged cells marked as
-needing manual grading."""
+"""`SaveDiagnoses`: each verdict as the gradebook comment of the solution cell it scores, as plain text (the feedback
+shows it as text: `autograder.pipeline.feedback.FeedbackGrades`); flagged cells marked as needing manual grading."""
 from __future__ import annotations
 
 from nbgrader.api import Gradebook, MissingEntry
@@ -32,12 +32,7 @@ class SaveDiagnoses(NbGraderPreprocessor):
                 comment = gb.find_comment(name, ids["notebook"], ids["assignment"], ids["student"])
                 if comment.auto_comment == "No response." and not problems:
                     continue
-                comment.auto_comment = as_text(f"{problems}. {v.comment()}" if problems else v.comment())
+                comment.auto_comment = f"{problems}. {v.comment()}" if problems else v.comment()
             gb.db.commit()
         return nb, resources
 
-
-def as_text(comment: str) -> str:
-    """A comment that the feedback renders as markdown (nbgrader's template) shows as the text it is: what a
-    diagnosis quotes of the learner's code or messages makes no HTML and no link."""
-    return comment.translate({ord(ch): f"&#{ord(ch)};" for ch in "&<>[]"})

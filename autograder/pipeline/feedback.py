@@ -6,9 +6,10 @@ import shutil
 from pathlib import Path
 
 from nbconvert.exporters import HTMLExporter
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbgrader.preprocessors import GetGrades, NbGraderPreprocessor
 from traitlets import Unicode
 
+from autograder.pipeline.common import markdown_text
 from autograder.verdict.record import GraderFault
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -17,6 +18,22 @@ TEMPLATES = Path(__file__).parent / "templates"
 class FeedbackHTML(HTMLExporter):
     """The feedback pages' exporter: nbgrader's feedback template, with our head (templates/base/mathjax.html.j2:
     a Content-Security-Policy that runs no script but MathJax's, and MathJax from the grading folder)."""
+
+
+class FeedbackGrades(GetGrades):
+    """nbgrader's `GetGrades`, with each solution cell's comment as the feedback shows it: the grader's diagnosis (which
+    quotes the learner's messages and names) as plain text, never markdown or HTML of the learner's, and an
+    instructor's comment (markdown, as formgrader offers) beside it, not instead of it."""
+
+    def _get_comment(self, cell, resources):
+        c = self.gradebook.find_comment(cell.metadata["nbgrader"]["grade_id"], self.notebook_id, self.assignment_id,
+                                        self.student_id)
+        parts = []
+        if c.manual_comment:
+            parts.append(f"**Your instructor:** {c.manual_comment}")
+        if c.auto_comment:
+            parts.append(("**The grader:** " if parts else "") + markdown_text(c.auto_comment))
+        cell.metadata.nbgrader["comment"] = "\n\n".join(parts) or None
 
 
 class OfflineMathJax(NbGraderPreprocessor):

@@ -11,7 +11,7 @@ from nbgrader.preprocessors import NbGraderPreprocessor
 
 from autograder.notebooks import is_graded_test, nbgrader_meta
 from autograder.pipeline import submission
-from autograder.pipeline.common import DEADLINE, LAST, UNFINISHED, note, quoted, settings_of
+from autograder.pipeline.common import DEADLINE, LAST, UNFINISHED, markdown_text, note, quoted, settings_of
 from autograder.verdict import hidden
 from autograder.verdict.record import RECORD, GraderFault, record
 
@@ -49,7 +49,8 @@ class HiddenSuites(NbGraderPreprocessor):
         nb.metadata[RECORD] = {**rec, **grading.to_dict(), "notes": notes,
                                "problems": nb.metadata.get(submission.PROBLEMS, [])}
         if notes:
-            nb.cells.insert(0, nbformat.v4.new_markdown_cell("**Grader note:** " + "; ".join(notes) + "."))
+            text = markdown_text("; ".join(notes))
+            nb.cells.insert(0, nbformat.v4.new_markdown_cell(f"**Grader note:** {text}."))
         self.log.info("hidden suite %s: %s", assignment,
                       ", ".join(f"{gid} {v.score:g}/{v.points:g}" for gid, v in grading.verdicts.items()))
         return nb, resources

@@ -19,8 +19,12 @@ from collections import Counter, defaultdict
 
 import nbformat
 
+from autograder.pipeline.common import markdown_text
+from autograder.verdict.record import RECORD
+
 MAX_BYTES = 64 << 20
 PROBLEMS = "grader_problems"
+GRADER_KEYS = (PROBLEMS, RECORD)
 
 
 def _meta(cell) -> dict | None:
@@ -58,6 +62,8 @@ def read(raw: bytes, release) -> tuple:
     try:
         nb = nbformat.reads(raw.decode("utf-8", errors="replace"), as_version=4)
         nbformat.validate(nb)
+        for key in GRADER_KEYS:            # the grader's own keys: what a submission holds there is not the grader's
+            nb.metadata.pop(key, None)
     except Exception as e:  # noqa: BLE001 - any unreadable file: say so, grade it as unanswered
         return _unanswered(release, f"your notebook file could not be read ({type(e).__name__}: {str(e)[:200]}); "
                                     "it was graded as unanswered: did it get damaged when you saved or uploaded it?")
@@ -105,5 +111,5 @@ def _unanswered(release, problem: str):
 
 def _noted(nb, problems: list[str]):
     nb.metadata[PROBLEMS] = problems
-    nb.cells.insert(0, nbformat.v4.new_markdown_cell("**Grader note:** " + "; ".join(problems) + "."))
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell("**Grader note:** " + markdown_text("; ".join(problems)) + "."))
     return nb, problems
