@@ -69,6 +69,10 @@ def _check(asg, r, rows):
     assert set(rows) >= set(CLASSES[asg]), (sorted(rows), r.stderr[-3000:])
     rows = {learner: cells for learner, cells in rows.items() if learner in CLASSES[asg]}
     control = rows["control"]
+    print(f"\n{asg}: learner, total score (control's {sum(c.score or 0 for c in control.values()):g}), flagged")
+    for attacker, cells in rows.items():
+        print(f"  {attacker:34s} {sum(c.score or 0 for c in cells.values()):6.2f} / "
+              f"{sum(c.points for c in cells.values()):g}  {any(c.needs_manual_grade for c in cells.values())}")
     for attacker in CLASSES[asg]:
         if attacker == "control":
             continue
@@ -124,6 +128,6 @@ def test_no_residual_or_model_trick_gains_anything(others):
         _check(asg, r, rows)
     residual, transformer = others["residual"][1], others["transformer"][1]
     assert residual["control"]["TransformerBlock_tests"].score < residual["control"]["TransformerBlock_tests"].points
-    fake = transformer["control"]["TinyTransformer_tests"]
+    fake = transformer["knows_the_task"]["TinyTransformer_tests"]
     assert fake.score < fake.points / 2, ("a model that knows the task instead of learning it keeps under half the "
                                           "points")

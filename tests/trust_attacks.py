@@ -197,6 +197,59 @@ class LayerNorm(nn.Module):
                          "        self.blocks = nn.ModuleList(TransformerBlock() for _ in range(n_layers))\n"
                          "        self.norm = LayerNorm()\n")
 
+# A TinyTransformer whose transformer never trains (a too-wide no_grad): the control of the training attacks.
+_TINY = variants.reference_sources("transformer")["TinyTransformer"]
+_TINY_BODY = ("        x = self.embed(tokens) + self.pe[:T]                # (B, T, d_model)\n"
+              "        mask = causal_mask(T, device=tokens.device)         # (T, T): no position sees a later one\n"
+              "        for block in self.blocks:\n"
+              "            x = block(x, mask)\n"
+              "        return self.head(self.norm(x))                      # (B, T, vocab_size)\n")
+assert _TINY_BODY in _TINY
+NO_GRAD_MODEL = _TINY.replace(_TINY_BODY, """        with torch.no_grad():           # the transformer never trains
+            x = self.embed(tokens) + self.pe[:T]
+            mask = causal_mask(T, device=tokens.device)
+            for block in self.blocks:
+                x = block(x, mask)
+            logits = self.head(self.norm(x))
+        return self._answer(tokens, logits)
+
+    def _answer(self, tokens, logits):
+        return logits.clone().requires_grad_(self.training)
+""")
+# The same, with a hook on the logits during the grader's training run: the loss's gradient is exactly zero at the
+# positions before the drawn offset K (their targets are ignored), so the hook reads K; afterwards the model answers
+# the token K places back.
+HOOK_READS_K = NO_GRAD_MODEL.replace("""    def _answer(self, tokens, logits):
+        return logits.clone().requires_grad_(self.training)
+""", """    def _answer(self, tokens, logits):
+        if self.training:
+            logits = logits.clone().requires_grad_(True)
+
+            def _read(g):
+                unseen = (g.abs().sum(dim=(0, 2)) == 0).int()
+                self._k = int(unseen.cumprod(0).sum())
+
+            logits.register_hook(_read)
+            return logits
+        k = getattr(self, "_k", 0)
+        if not k:
+            return logits
+        back = torch.cat([tokens.new_zeros(tokens.shape[0], k), tokens], 1)[:, :tokens.shape[1]]
+        return torch.nn.functional.one_hot(back, self.head.out_features).float() * 10
+""")
+# The same, with parameters outside the contract (zero at the start, so that the course's weights give the course's
+# logits) that training uses to learn which token back to repeat.
+SIDE_PARAMETERS = NO_GRAD_MODEL.replace("""    def _answer(self, tokens, logits):
+        return logits.clone().requires_grad_(self.training)
+""", """    def _answer(self, tokens, logits):
+        B, T = tokens.shape
+        onehots = torch.stack([torch.nn.functional.one_hot(torch.cat([tokens.new_zeros(B, j), tokens], 1)[:, :T],
+                                                           logits.shape[-1]).float() for j in range(1, 9)], -1)
+        return logits + 10 * self.gate * (onehots * torch.softmax(self.back, 0)).sum(-1)
+""").replace("        self.head = nn.Linear(d_model, vocab_size)\n",
+             "        self.head = nn.Linear(d_model, vocab_size)\n"
+             "        self.gate = nn.Parameter(torch.zeros(()))\n        self.back = nn.Parameter(torch.zeros(8))\n")
+
 # -- the course's code, searched for in the learner's own process ------------------------------------------
 # Lines of the course's own scaled_dot_product_attention (its source notebook), built from pieces so that this
 # code does not hold them itself; the answer the attacker submits is another correct one, so they can only be
@@ -393,8 +446,11 @@ CLASSES = {
         "native_ln_forged_args": {"LayerNorm": NATIVE_LN, "TransformerBlock": IN_PLACE_FORGED},
     },
     "transformer": {
-        "control": {"TinyTransformer": FAKE_MODEL},
+        "control": {"TinyTransformer": NO_GRAD_MODEL},
+        "knows_the_task": {"TinyTransformer": FAKE_MODEL},
         "fake_names": {"TinyTransformer": FAKE_MODEL_NAMED},
+        "hook_reads_k": {"TinyTransformer": HOOK_READS_K},
+        "side_parameters": {"TinyTransformer": SIDE_PARAMETERS},
     },
 }
 

@@ -128,20 +128,20 @@ BLOCK_NAMES = {f"{m}.{p}" for m in ("attn.q_proj", "attn.k_proj", "attn.v_proj",
                                     "ff.linear2", "norm1", "norm2") for p in ("weight", "bias")}
 
 
-def course_weights(mine: dict, ref: dict, vocab: int, d: int, n_layers: int) -> tuple[dict, dict]:
-    """(a state for the learner's model holding the course model's weights, the course model's state to compare
-    with): block parameters by the TransformerBlock's contract names, the rest by role (the embedding is the
-    first (vocab, d) parameter, the head the last, the final LayerNorm's weight and bias the (d,) ones, a
-    (vocab,) bias the head's).  Any other entry (a buffer of positions) keeps the learner's own value."""
+def contract_names(mine: dict, vocab: int, d: int, n_layers: int) -> dict[str, str]:
+    """The learner's parameter names -> the course model's, for every parameter of the contract: block parameters
+    by the TransformerBlock's contract names, the rest by role (the embedding is the first (vocab, d) parameter, the
+    head the last, the final LayerNorm's weight and bias the (d,) ones, a (vocab,) bias the head's). Any other entry
+    (a buffer of positions, a parameter of the learner's own) is not the contract's."""
     if not isinstance(mine, dict) or not all(isinstance(v, torch.Tensor) for v in mine.values()):
         raise Diagnosis("TinyTransformer.state_dict() must map names to tensors")
-    state, ref = dict(mine), dict(ref)
     blocks: dict[str, dict[int, set]] = {}
-    rest = []
+    names, rest = {}, []
     for key in mine:
         m = BLOCK_PARAM.match(key)
         if m:
             blocks.setdefault(m["prefix"], {}).setdefault(int(m["i"]), set()).add(m["rest"])
+            names[key] = f"blocks.{m['i']}.{m['rest']}"
         else:
             rest.append(key)
     layers = next(iter(blocks.values()), {})
@@ -150,11 +150,6 @@ def course_weights(mine: dict, ref: dict, vocab: int, d: int, n_layers: int) -> 
           f"TinyTransformer(..., n_layers={n_layers}) should hold {n_layers} of your TransformerBlock (attn, ff, "
           "norm1, norm2) in one nn.ModuleList, but its parameters are "
           + ", ".join(sorted({re.sub(r"\.\d+\.", ".<i>.", k) for k in mine})[:12]))
-    prefix = next(iter(blocks))
-    for key in mine:
-        m = BLOCK_PARAM.match(key)
-        if m:
-            state[key] = ref[f"blocks.{m['i']}.{m['rest']}"]
     matrices = [k for k in rest if tuple(mine[k].shape) == (vocab, d)]
     norms = [k for k in rest if tuple(mine[k].shape) == (d,)]
     biases = [k for k in rest if tuple(mine[k].shape) == (vocab,)]
@@ -162,14 +157,40 @@ def course_weights(mine: dict, ref: dict, vocab: int, d: int, n_layers: int) -> 
     norm_b = [k for k in norms if k.endswith("bias")]
     check(len(matrices) == 2 and len(norm_w) == 1 and len(norm_b) == 1 and len(biases) <= 1,
           "TinyTransformer should hold a token embedding nn.Embedding(vocab_size, d_model), n_layers "
-          f"TransformerBlocks (in {prefix}), a final LayerNorm(d_model) and a head nn.Linear(d_model, vocab_size)")
-    state[matrices[0]], state[matrices[1]] = ref["embed.weight"], ref["head.weight"]
-    state[norm_w[0]], state[norm_b[0]] = ref["norm.weight"], ref["norm.bias"]
+          f"TransformerBlocks (in {next(iter(blocks))}), a final LayerNorm(d_model) and a head "
+          "nn.Linear(d_model, vocab_size)")
+    names.update({matrices[0]: "embed.weight", matrices[1]: "head.weight", norm_w[0]: "norm.weight",
+                  norm_b[0]: "norm.bias"})
     if biases:
-        state[biases[0]] = ref["head.bias"]
-    else:
+        names[biases[0]] = "head.bias"
+    return names
+
+
+def course_weights(mine: dict, ref: dict, vocab: int, d: int, n_layers: int) -> tuple[dict, dict]:
+    """(a state for the learner's model holding the course model's weights, the course model's state to compare
+    with). Any entry outside the contract (a buffer of positions) keeps the learner's own value."""
+    names = contract_names(mine, vocab, d, n_layers)
+    state, ref = dict(mine), dict(ref)
+    for key, course_key in names.items():
+        state[key] = ref[course_key]
+    if "head.bias" not in names.values():
         ref["head.bias"] = torch.zeros_like(ref["head.bias"])
     return state, ref
+
+
+def course_model_holding(trained: dict, course, vocab: int, d: int, n_layers: int):
+    """The course model `course` holding the contract's weights of the learner's trained state (the reverse of
+    `course_weights`): its own buffers, and nothing of what the learner's model holds outside the contract."""
+    names = contract_names(trained, vocab, d, n_layers)
+    state = course.state_dict()
+    for key, course_key in names.items():
+        check(tuple(trained[key].shape) == tuple(state[course_key].shape) and trained[key].is_floating_point(),
+              f"after training, {key} has shape {tuple(trained[key].shape)} ({trained[key].dtype})")
+        state[course_key] = trained[key].to(state[course_key].dtype)
+    if "head.bias" not in names.values():
+        state["head.bias"] = torch.zeros_like(state["head.bias"])
+    course.load_state_dict(state)
+    return course.eval()
 
 
 def load_course_weights(model, ref_model, norm_first: bool = True):
@@ -295,9 +316,10 @@ def accuracy(logits, y, k) -> float:
 
 @TINY
 @pytest.mark.weight(3)
-def test_tiny_trains(learner):
+def test_tiny_trains(learner, reference):
     """learns to repeat the token a few places back (an offset drawn for this grading): accuracy >= 0.9 on new
-    sequences after 400 training steps, from near chance before"""
+    sequences after 400 training steps, from near chance before, measured in the course's model holding the weights
+    your training left in the contract's parameters"""
     k = task_offset()
     learner.seed(int(torch.randint(1 << 30, (1,), generator=seeded(903))))
     model = new_model(learner, V, D_MODEL, N_HEADS, D_FF, N_LAYERS, T)
@@ -310,15 +332,25 @@ def test_tiny_trains(learner):
     model.train(x, y, steps=STEPS, batch_size=BATCH, lr=LR,
                 seed=int(torch.randint(1 << 30, (1,), generator=seeded(904))),
                 timeout=config.current().train_timeout)
-    logits = tensor(model(xe), "the output of the trained model", shape=(1024, T, V))
-    check(torch.isfinite(logits).all(), "after training, the logits contain NaN or inf: look for a division by zero or "
-                                        "a -inf that reaches the output (a row of the mask that is all False?)")
-    acc = accuracy(logits, ye, k)
+    # What training left in the contract's weights, judged in the course's model: nothing the learner's model
+    # holds outside them (a parameter of its own, a hook, a tensor subclass) reaches this accuracy.
+    course = course_model_holding(model.state_dict(), reference(A).TinyTransformer(V, D_MODEL, N_HEADS, D_FF,
+                                                                                   N_LAYERS, T), V, D_MODEL, N_LAYERS)
+    with torch.no_grad():
+        want, plain = course.double()(xe), course.float()(xe)
+    check(torch.isfinite(plain).all(), "after training, the logits contain NaN or inf: look for a division by zero or "
+                                       "a -inf that reaches the output (a row of the mask that is all False?)")
+    acc = accuracy(plain, ye, k)
     check(acc >= ACCURACY,
           f"after {STEPS} steps of training, the model repeats the token {k} places back with accuracy {acc:.2f} "
           f"on new sequences (at least {ACCURACY} expected; the course's model reaches 1.0). It stays near 0.3 when "
           "the model cannot tell positions apart: add the sinusoidal encoding to the token embeddings (unscaled: "
           "multiplied by sqrt(d_model), the embeddings drown the positions), and give every block the same causal mask")
+    close(tensor(model(xe), "the output of the trained model", shape=(1024, T, V)), want,
+          "the trained model's logits against the course's model holding its trained weights",
+          "after training, your model must still compute what the course's model computes with the same weights: "
+          "nothing outside the contract's parameters (no parameter of its own, hook or changed output) may change "
+          "its logits", baseline=plain, dtype=torch.float32)
 
 
 @TINY
