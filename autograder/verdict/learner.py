@@ -438,8 +438,8 @@ class Learner:
         return call
 
     def twice(self, name: str, *args, handle: int | None = None, **kwargs) -> dict:
-        """Call `name` (or a module handle's forward) twice on the same argument objects in one request:
-        {"first", "second", "args_after"}."""
+        """Call `name` (or a module handle's forward) twice in one request, each call on its own copies of the
+        arguments, with autograd off and then on: {"first", "second", "args_after": [after the first, the second]}."""
         req: dict[str, Any] = {"op": "call_twice", "name": name, "args": list(args), "kwargs": kwargs}
         if handle is not None:
             req["handle"] = handle

@@ -101,22 +101,24 @@ def close(actual, expected: torch.Tensor, what: str, diagnosis: str = "", baseli
 
 def leaves_inputs(result: dict, sent: list, what: str, hint: str = "compute on a copy or out of place",
                   names: list[str] | None = None):
-    """`result` of two calls on the same argument objects (`Learner.twice`): the arguments come back as the
-    grader sent them, and since the second call sees what the first one left, a call that changes its
-    inputs in place gives a different second answer."""
+    """`result` of two calls (`Learner.twice`), each on fresh copies of the arguments, with autograd off and on:
+    after each single call its arguments are still what the grader sent, and both calls give the same answer."""
     first, second, after = result.get("first"), result.get("second"), result.get("args_after")
-    check(isinstance(after, list) and len(after) == len(sent), f"{what}: the grader could not read its arguments back")
-    for i, (b, a) in enumerate(zip(sent, cast(list, after))):     # a list: checked above
-        if isinstance(b, torch.Tensor):
-            name = names[i] if names and i < len(names) else f"its input (argument {i + 1})"
-            check(isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b),
-                  f"{what} modifies {name} in place; {hint}")
+    check(isinstance(after, list) and len(after) == 2 and all(isinstance(a, list) and len(a) == len(sent)
+                                                               for a in after),
+          f"{what}: the grader could not read its arguments back")
+    for mode, args in zip(("with autograd off", "with autograd on"), cast(list, after)):   # a list: checked above
+        for i, (b, a) in enumerate(zip(sent, args)):
+            if isinstance(b, torch.Tensor):
+                name = names[i] if names and i < len(names) else f"its input (argument {i + 1})"
+                check(isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b),
+                      f"{what} modifies {name} in place ({mode}); {hint}")
     if isinstance(first, (tuple, list)) and isinstance(second, (tuple, list)) and first and second:
         first, second = first[0], second[0]
     check(isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor) and first.shape == second.shape
           and max_error(first, second) <= 1e-6 * (1 + float(first.double().abs().max() if first.numel() else 0)),
-          f"{what} gives another answer when called again on the same inputs: it modifies its inputs in place "
-          f"({hint})")
+          f"{what} gives another answer with autograd on than off, on the same inputs: it keeps or changes state "
+          f"between calls ({hint})")
 
 
 def raises(call, exc: str, diagnosis: str):
