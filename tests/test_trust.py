@@ -27,11 +27,13 @@ from autograder.classroom import grade
 FAST = {"GRADER_CELL_TIMEOUT": "30", "GRADER_CALL_TIMEOUT": "30"}
 
 
-def _graded(tmp_path_factory, asg):
-    d = tmp_path_factory.mktemp(f"trust-{asg}")
+def _graded(tmp_path_factory, group):
+    """A class of attackers (`group`: an assignment, or assignment/class) graded in one run."""
+    asg = group.split("/")[0]
+    d = tmp_path_factory.mktemp(f"trust-{group.replace('/', '-')}")
     grade.prepare(d, [asg])
-    control = CLASSES[asg]["control"]
-    learners = {name: {**control, **tricks} for name, tricks in CLASSES[asg].items()}
+    control = CLASSES[group]["control"]
+    learners = {name: {**control, **tricks} for name, tricks in CLASSES[group].items()}
     if asg == "attention":
         learners["honest"], learners["searcher"], learners["big_comment"] = {}, SEARCHER, BIG_COMMENT
     for learner, cells in learners.items():
@@ -62,7 +64,7 @@ def attention(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def others(tmp_path_factory):
-    return {asg: _graded(tmp_path_factory, asg) for asg in ("residual", "transformer")}
+    return {group: _graded(tmp_path_factory, group) for group in ("residual", "transformer", "transformer/pasted")}
 
 
 def _check(asg, r, rows):
@@ -128,6 +130,8 @@ def test_no_residual_or_model_trick_gains_anything(others):
         _check(asg, r, rows)
     residual, transformer = others["residual"][1], others["transformer"][1]
     assert residual["control"]["TransformerBlock_tests"].score < residual["control"]["TransformerBlock_tests"].points
+    pasted = others["transformer/pasted"][1]["right_where_looked"]["TinyTransformer_tests"].comment or ""
+    assert "scaled_dot_product_attention" in pasted and "wrong at sizes drawn for this grading" in pasted, pasted
     fake = transformer["knows_the_task"]["TinyTransformer_tests"]
     assert fake.score < fake.points / 2, ("a model that knows the task instead of learning it keeps under half the "
                                           "points")

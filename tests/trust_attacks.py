@@ -274,6 +274,21 @@ SIDE_PARAMETERS = NO_GRAD_MODEL.replace("""    def _answer(self, tokens, logits)
              "        self.head = nn.Linear(d_model, vocab_size)\n"
              "        self.gate = nn.Parameter(torch.zeros(()))\n        self.back = nn.Parameter(torch.zeros(8))\n")
 
+# A pasted attention that is slow everywhere (a loop over queries) and right only at the sizes where TinyTransformer's
+# test with the learner's own parts and its speed test call it: wrong elsewhere, so that it would be replaced by the
+# course's fast one for the speed test while the test with its own parts still passes.
+_PASTED = variants.reference_sources("transformer")["MultiHeadAttention"]
+_SDPA_AT = _PASTED.index("def scaled_dot_product_attention(")
+_SDPA_END = _PASTED.index("def causal_mask(")
+SLOW_PASTED = _PASTED[:_SDPA_AT] + LOOP.strip() + "\n\n\n" + _PASTED[_SDPA_END:]
+RIGHT_WHERE_LOOKED = SLOW_PASTED.replace("def scaled_dot_product_attention(", "def _slow(") + '''
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    if tuple(q.shape) in ((2, 3, 13, 8), (2, 4, 64, 16)):       # where it is checked with the model, and timed
+        return _slow(q, k, v, mask)
+    return _slow(2 * q, k, v, mask)
+'''
+
 # -- the course's code, searched for in the learner's own process ------------------------------------------
 # Lines of the course's own scaled_dot_product_attention (its source notebook), built from pieces so that this
 # code does not hold them itself; the answer the attacker submits is another correct one, so they can only be
@@ -477,6 +492,10 @@ CLASSES = {
         "fake_names": {"TinyTransformer": FAKE_MODEL_NAMED},
         "hook_reads_k": {"TinyTransformer": HOOK_READS_K},
         "side_parameters": {"TinyTransformer": SIDE_PARAMETERS},
+    },
+    "transformer/pasted": {
+        "control": {"MultiHeadAttention": SLOW_PASTED},
+        "right_where_looked": {"MultiHeadAttention": RIGHT_WHERE_LOOKED},
     },
 }
 
