@@ -1,6 +1,7 @@
 """autograder/graph/ and autograder/inside/tracer.py: the traced structure of the course's models, the differences it
 names for the known answers, its drawings, and what it does with a model it cannot trace or a graph that is junk."""
 import json
+import time
 import re
 import subprocess
 import sys
@@ -196,6 +197,43 @@ def test_a_model_that_cannot_be_traced_gets_a_note():
     assert "ValueError: not yet" in g["error"]
     g = graph.trace_named({"TransformerBlock": lambda *a, **k: 1 / 0}, "TransformerBlock")
     assert "ZeroDivisionError" in g["error"]
+
+
+class DrawnHeavy(torch.nn.Module):
+    """A module that adds `extra` no-op operations, joined at random, only while torch.export traces it."""
+
+    def __init__(self, extra):
+        super().__init__()
+        self.extra, self.lin = extra, torch.nn.Linear(D, D)
+
+    def forward(self, x, mask=None):
+        out = self.lin(x)
+        if torch.compiler.is_exporting():
+            vals = [out]
+            for i in range(self.extra):
+                n = len(vals)
+                vals.append(torch.addcmul(vals[(i * 7919) % n], vals[(i * 104729 + 3) % n], vals[(i * 31 + 5) % n],
+                                          value=0.0))
+            out = vals[-1]
+        return out
+
+
+def test_a_learner_s_drawing_stays_within_its_budget():
+    """A traced graph far larger than the reference's is not drawn; a layout stops at the learner's deadline; each
+    is said so in the page, and drawing never raises."""
+    x, ref = torch.randn(B, L, D), reference("residual")
+    most = max(4 * len(ref["nodes"]), len(ref["nodes"]) + 200)
+    page = graph.side_by_side_html(graph.trace(DrawnHeavy(most + 50), x), ref)
+    assert "not drawn: your traced module has" in page and page.count("<svg") == 1, page[-500:]
+    ref = reference("transformer")                   # 160 operations: 600 more are drawn, in about 8 s
+    heavy = graph.trace(DrawnHeavy(600), x)
+    started = time.time()
+    page = graph.side_by_side_html(heavy, ref, deadline=time.time() + 2.0)
+    assert time.time() - started < 4.0
+    assert "not drawn: its layout took more than 2 s" in page, page[-500:]
+    page = graph.side_by_side_html(heavy, ref, deadline=time.time() - 1)
+    assert page.count("not drawn: the time for grading this notebook was spent") == 2
+    assert "as <code>torch.export</code> traced it" in page
 
 
 def _junk_graphs():

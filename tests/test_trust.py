@@ -132,6 +132,10 @@ def test_no_residual_or_model_trick_gains_anything(others):
     assert residual["control"]["TransformerBlock_tests"].score < residual["control"]["TransformerBlock_tests"].points
     pasted = others["transformer/pasted"][1]["right_where_looked"]["TinyTransformer_tests"].comment or ""
     assert "scaled_dot_product_attention" in pasted and "wrong at sizes drawn for this grading" in pasted, pasted
+    r, _, d = others["transformer"]
+    assert "GraderFault" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+    heavy = (d / "autograded" / "heavy_drawing" / "transformer" / "transformer.ipynb").read_text()
+    assert "not drawn: your traced module has" in heavy, "a graph heavy only while traced is not laid out"
     fake = transformer["knows_the_task"]["TinyTransformer_tests"]
     assert fake.score < fake.points / 2, ("a model that knows the task instead of learning it keeps under half the "
                                           "points")

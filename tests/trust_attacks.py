@@ -274,6 +274,26 @@ SIDE_PARAMETERS = NO_GRAD_MODEL.replace("""    def _answer(self, tokens, logits)
              "        self.head = nn.Linear(d_model, vocab_size)\n"
              "        self.gate = nn.Parameter(torch.zeros(()))\n        self.back = nn.Parameter(torch.zeros(8))\n")
 
+# A model whose graph is heavy only while torch.export traces it (for the feedback's drawing): about 1,300 no-op nodes
+# joined at random, which Graphviz lays out for minutes (on the trusted side, in the learner's grading time).
+HEAVY_DRAWING = NO_GRAD_MODEL + """
+
+_Graded = TinyTransformer
+
+
+class TinyTransformer(_Graded):
+    def forward(self, tokens):
+        out = super().forward(tokens)
+        if torch.compiler.is_exporting():
+            vals = [out]
+            for i in range(1300):
+                n = len(vals)
+                vals.append(torch.addcmul(vals[(i * 7919) % n], vals[(i * 104729 + 3) % n], vals[(i * 31 + 5) % n],
+                                          value=0.0))
+            out = vals[-1]
+        return out
+"""
+
 # A pasted attention that is slow everywhere (a loop over queries) and right only at the sizes where TinyTransformer's
 # test with the learner's own parts and its speed test call it: wrong elsewhere, so that it would be replaced by the
 # course's fast one for the speed test while the test with its own parts still passes.
@@ -492,6 +512,7 @@ CLASSES = {
         "fake_names": {"TinyTransformer": FAKE_MODEL_NAMED},
         "hook_reads_k": {"TinyTransformer": HOOK_READS_K},
         "side_parameters": {"TinyTransformer": SIDE_PARAMETERS},
+        "heavy_drawing": {"TinyTransformer": HEAVY_DRAWING},
     },
     "transformer/pasted": {
         "control": {"MultiHeadAttention": SLOW_PASTED},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import subprocess
+import time
 from typing import Any
 
 from autograder.graph.compare import compare_graphs, differences, names_of, nodes_of, shape_text
@@ -11,6 +12,9 @@ from autograder.graph.model import Graph, Unreadable, above, analyse
 
 MAX_DRAWN = 1_500                         # nodes drawn
 DOT_TIMEOUT = 120.0
+# A learner's graph is drawn only when it is at most this many times the reference's (or this many nodes more), and
+# its layout gets at most LEARNER_DOT_S seconds of what is left of the learner's grading budget.
+LEARNER_SCALE, LEARNER_EXTRA, LEARNER_DOT_S = 4, 200, 10.0
 COLORS = {"stream": "#fde9c9", "branch": "#cfe3f7", "mask": "#e6e6e6", "hit": "#ffb3b3", "group": "#f6f6f6"}
 
 
@@ -197,9 +201,9 @@ def to_svg(graph, highlight=(), collapsed=(), part="forward", names=None) -> str
     return _dot_svg(to_dot(graph, highlight, collapsed, part, names))
 
 
-def _dot_svg(source: str) -> str:
+def _dot_svg(source: str, timeout: float = DOT_TIMEOUT) -> str:
     try:
-        r = subprocess.run(["dot", "-Tsvg"], input=source, capture_output=True, text=True, timeout=DOT_TIMEOUT)
+        r = subprocess.run(["dot", "-Tsvg"], input=source, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
         raise RuntimeError("Graphviz's dot is not installed: `make` installs it (apt-get install graphviz)") from None
     if r.returncode != 0:
@@ -219,8 +223,11 @@ def explorer_data(graph) -> dict:
     return out
 
 
-def side_by_side_html(learner_graph, reference_graph) -> str:
-    """An HTML fragment: the differences in words, then the learner's graph beside the reference's, differences red."""
+def side_by_side_html(learner_graph, reference_graph, deadline: float = float("inf")) -> str:
+    """An HTML fragment: the differences in words, then the learner's graph beside the reference's, differences red.
+
+    The learner's graph is traced from their module, so its size is theirs to choose: one much larger than the
+    reference's is not drawn, and each layout stops at `deadline` (time.time()) or after LEARNER_DOT_S seconds."""
     R = Graph(reference_graph)
     notes, L, lhit, rhit = [], None, set(), set()
     if isinstance(learner_graph, dict) and "error" in learner_graph:
@@ -238,16 +245,25 @@ def side_by_side_html(learner_graph, reference_graph) -> str:
         except Exception as e:  # noqa: BLE001 - an odd graph must never cost the learner their feedback
             notes = [f"your model's graph could not be compared with the reference's ({type(e).__name__})"]
     names = names_of(R, analyse(R))
+    most = max(LEARNER_SCALE * len(R.order), len(R.order) + LEARNER_EXTRA)
 
     def drawing(G, hit, prefix):
         if G is None:
             return "<p>(no graph)</p>"
+        if len(G.order) > most:
+            return (f"<p>(not drawn: your traced module has {len(G.order)} operations, more than {most}, "
+                    f"{LEARNER_SCALE} times the reference's)</p>")
+        left = min(LEARNER_DOT_S, deadline - time.time())
+        if left < 1.0:
+            return "<p>(not drawn: the time for grading this notebook was spent)</p>"
         try:
             p = parts(G, None, hit, names, prefix)
             norms = {c["id"] for c in p["clusters"]
                      if G.role(c["group"]) == "norm" and not (nodes_of(G, c["group"]) & hit)}
-            return _dot_svg(assemble(p, norms))
-        except (Unreadable, RuntimeError, subprocess.TimeoutExpired) as e:
+            return _dot_svg(assemble(p, norms), timeout=left)
+        except subprocess.TimeoutExpired:
+            return f"<p>(not drawn: its layout took more than {left:.0f} s)</p>"
+        except (Unreadable, RuntimeError) as e:
             return f"<p>(the graph could not be drawn: {html.escape(str(e)[:200])})</p>"
 
     items = "".join(f"<li>{html.escape(m)}</li>" for m in notes) if notes else \
@@ -255,6 +271,8 @@ def side_by_side_html(learner_graph, reference_graph) -> str:
     cell = 'style="margin:0;flex:1 1 0;min-width:0"'
     return ('<section class="graph-compare" style="font-family:sans-serif">'
             "<h3>The structure of your model beside the reference's</h3>"
+            "<p>Drawn from your module as <code>torch.export</code> traced it, which can differ from the forward "
+            "the tests ran and graded.</p>"
             f"<ul>{items}</ul>"
             '<div style="display:flex;gap:1.5em;align-items:flex-start;overflow-x:auto">'
             f"<figure {cell}><figcaption>your model</figcaption>{drawing(L, lhit, 'l')}</figure>"

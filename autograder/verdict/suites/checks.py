@@ -245,7 +245,8 @@ def draw_structure(request, learner, reference_namespace: dict, name: str):
         return
     course = graph.trace_named(reference_namespace, name)
     request.node.user_properties.append(("structure", {
-        "name": name, "differences": graph.differences(mine, course), "html": graph.side_by_side_html(mine, course)}))
+        "name": name, "differences": graph.differences(mine, course),
+        "html": graph.side_by_side_html(mine, course, deadline=learner.deadline)}))
 
 
 def load_state(proxy, state: dict, what: str):
