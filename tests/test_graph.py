@@ -1,10 +1,10 @@
 """autograder/graph/ and autograder/inside/tracer.py: the traced structure of the course's models, the differences it
 names for the known answers, its drawings, and what it does with a model it cannot trace or a graph that is junk."""
 import json
-import time
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
