@@ -156,9 +156,10 @@ def token_loss(logits, target):
     return F.cross_entropy(logits.flatten(0, -2), target.flatten(), ignore_index=-100)
 
 
-def fit(model, batch, steps, lr=3e-3, warmup=0, betas=(0.9, 0.999), loss=token_loss):
+def fit(model, batch, steps, lr=3e-3, warmup=0, betas=(0.9, 0.999), loss=token_loss, after_step=None):
     """Adam on `batch(gen)` for `steps` steps with a linear warm-up over `warmup` steps; returns the losses.
 
+    `after_step(step, model)`, when given, is called after every step (to measure the model while it trains).
     Only inside `seeds`: the data order comes from the run's seed, so every trained model is one seed of
     an experiment that is run several times."""
     if _seed is None:
@@ -175,6 +176,8 @@ def fit(model, batch, steps, lr=3e-3, warmup=0, betas=(0.9, 0.999), loss=token_l
         value.backward()
         opt.step()
         losses.append(value.item())
+        if after_step is not None:
+            after_step(step, model)
     return losses
 
 

@@ -317,21 +317,27 @@ def test_graph_page_folds_a_group_shows_a_node_and_searches(context, server):
 
     try:
         page.goto(server.url + "book/network_graph.html", wait_until="load")
-        whole = drawn(1)
-        block = page.locator(".graph-view g.cluster", has_text="blocks.0 · TransformerBlock")
-        block.locator("text").first.click()                    # fold the first block into one node
-        assert drawn(2) < whole - 20
+        overview = drawn(1)                                    # it opens on the overview: the blocks folded
+        assert overview < 20, overview
         folded = page.locator(".graph-view g.node", has_text="blocks.0 · TransformerBlock")
         assert folded.count() == 1
-        page.locator(".graph-view g.node", has_text="masked_fill").first.click()
-        info = page.locator(".graph-info").inner_text()
-        assert "aten.masked_fill" in info and "(B, n_heads, L, L)" in info and "blocks.1.attn" in info, info
-        folded.click()                                         # and open it again
-        assert drawn(3) == whole
-        page.fill(".graph-search", "bitwise_not")              # the mask, once per block
+        folded.click()                                         # open the first block
+        opened = drawn(2)
+        assert opened > overview + 20
+        block = page.locator(".graph-view g.cluster", has_text="blocks.0 · TransformerBlock")
+        block.locator("text").first.click()                    # and fold it again
+        assert drawn(3) == overview
+        page.fill(".graph-search", "bitwise_not")              # the mask, once per block: both blocks open
         drawn(4)
         assert page.locator(".graph-count").inner_text() == "2 found"
         assert page.locator(".graph-view g.graph-hit").count() == 2
+        page.locator(".graph-view g.node", has_text="masked_fill").last.click()
+        info = page.locator(".graph-info")
+        text = info.inner_text()
+        assert "aten.masked_fill" in text and "(B, n_heads, L, " in text and "blocks.1.attn" in text, text
+        box, view = info.bounding_box(), page.locator(".graph-view").bounding_box()
+        assert box and view and box["x"] >= view["x"] + view["width"] - 1, (box, view)    # beside the graph
+        assert 0 <= box["y"] < page.viewport_size["height"], box                          # and in sight
         page.click("button[data-part=backward]")
         drawn(5)
         assert page.locator(".graph-view g.node", has_text="AddBackward0").count() >= 4

@@ -1,7 +1,8 @@
 /* The interactive graph of book/network_graph.md.
    The page holds the pieces of DOT that autograder.graph.explorer_data() wrote; Graphviz, compiled to WebAssembly
    (viz-global.js, served with the site), lays the graph out again whenever a group is collapsed or expanded.
-   Click a group's frame to collapse it, a collapsed group to expand it, a node to see what it computes. */
+   Click a group's frame to collapse it, a collapsed group to expand it, a node to see what it computes (in the
+   panel beside the graph). The page opens with the groups listed in the data's `collapsed` folded. */
 (function () {
   "use strict";
 
@@ -86,6 +87,8 @@
         tr.insertCell().textContent = v;
       }
       info.replaceChildren(table);
+      const box = info.getBoundingClientRect();                   // keep the details in view (narrow screens)
+      if (box.top < 0 || box.bottom > window.innerHeight) info.scrollIntoView({block: "nearest"});
       view.querySelectorAll(".graph-selected").forEach((el) => el.classList.remove("graph-selected"));
       const el = view.querySelector(`svg [id="${CSS.escape(id)}"]`);
       if (el) el.classList.add("graph-selected");
