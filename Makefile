@@ -39,9 +39,14 @@ criteria: install
 exercises: criteria
 	$(PY) -m autograder.authoring.release $(ASSIGNMENTS)
 
-# Grade the bundled example class with the real nbgrader and print the gradebook.
+# Grade the bundled example class with the real nbgrader, print the gradebook, and write the class report of each
+# assignment the class submits into <grading>/report/<assignment>/ (report.html, scores.csv, diagnoses.csv, histogram.png).
+GRADING = $(abspath $(or $(GRADING_DIR),_build/grading))
+EXAMPLE_ASSIGNMENTS = $(filter $(ASSIGNMENTS),$(shell $(PY) -c 'from autograder.classroom.grade_examples import roster; \
+                      print(*sorted({a for answers in roster().values() for a in answers}))'))
 grade: install
-	$(PY) -m autograder.classroom.grade_examples $(ASSIGNMENTS)
+	$(PY) -m autograder.classroom.grade_examples $(ASSIGNMENTS) --grading-dir $(GRADING)
+	$(PY) -m autograder.classroom.report $(EXAMPLE_ASSIGNMENTS) --grading-dir $(GRADING)
 
 # The browser that tests/test_site.py drives: Debian's Chromium, installed when missing.
 $(CHROMIUM):
