@@ -130,8 +130,11 @@ def graded_comment(assignment: str, grade_id: str, points: float) -> str:
     for t in tests:
         lines += _comment(sentence(t, mod), indent=f"{points * t.weight / total:4.2f}  ")
     lines += _comment(f"Using torch's own version of a part, by any route ({_library_names()}, ...), gives this "
-                      "part 0 points; code that reaches the grader, or a library through computed names, is read by "
-                      "your instructor.")
+                      "part 0 points. If the grader cannot tell by reading your code what it calls or reaches (a "
+                      "name built while it runs, as in `getattr(torch, name)`; `eval`, `exec`, `importlib`; torch's "
+                      "internals such as `torch._C` or `torch.ops`; `sys.modules`, frames, other processes), your code "
+                      "is still tested, but every part is then marked for your instructor, who reads your code and "
+                      "decides its points. Plain code is never marked.")
     lines += _comment("Your score and what to fix appear here in your feedback.")
     return "\n".join(lines)
 
