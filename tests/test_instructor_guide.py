@@ -1,0 +1,256 @@
+"""The README's "For instructors", run as written: one assignment from release to export, with real nbgrader.
+
+A scratch course (this course's `nbgrader_config.py` with the README's configuration lines added, its
+`solutions/positional_encoding/`) releases `positional_encoding` with a due date; one learner fetches and submits
+it through the exchange (their id is this machine's user name) and two come from an LMS's zip through
+`zip_collect`, one on time with a bug, one late; then autograde, feedback, the class report, feedback back
+through the exchange, and the export with a learner who never submitted.  Formgrader is started as the README
+says and answers over HTTP; a cell flagged for manual grading stays flagged until a score is typed for it.
+Every command is taken from the README's text (a test fails when the README stops saying it); only the
+exchange's folder is moved to a temporary one.
+"""
+import csv
+import json
+import os
+import pwd
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import zipfile
+from http.cookiejar import CookieJar
+from pathlib import Path
+
+import nbformat
+import pytest
+from helpers import ROOT
+from nbgrader.api import Gradebook
+
+from autograder.authoring import variants
+from autograder.notebooks import is_solution, nbgrader_meta
+
+pytestmark = pytest.mark.xdist_group("instructor-guide")
+ASG = "positional_encoding"
+BIN = Path(sys.executable).parent
+EXCHANGE = "/srv/nbgrader/exchange"
+BUG = "sin_cos_swapped"
+README = (ROOT / "README.md").read_text()
+_start = README.index("## For instructors")
+GUIDE = README[_start:README.index("\n## ", _start)]
+
+
+def documented(cmd: str) -> str:
+    assert cmd in GUIDE, f"README's For instructors no longer says: {cmd}"
+    return cmd
+
+
+def config_lines() -> str:
+    """The README's lines for the end of nbgrader_config.py (its only python block)."""
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE, re.S)
+    assert len(blocks) == 1, "README's For instructors should have one block of configuration lines"
+    return blocks[0]
+
+
+class Course:
+    def __init__(self, tmp: Path):
+        self.root, self.exchange = tmp / "course", tmp / "exchange"
+        self.grading = self.root / "_build" / "grading"
+        (self.root / "solutions").mkdir(parents=True)
+        shutil.copytree(ROOT / "solutions" / ASG, self.root / "solutions" / ASG)
+        config = (ROOT / "nbgrader_config.py").read_text() + "\n" + config_lines()
+        assert f'"{EXCHANGE}"' in config
+        (self.root / "nbgrader_config.py").write_text(config.replace(f'"{EXCHANGE}"', repr(str(self.exchange))))
+        self.home = tmp / "instructor"
+        self.home.mkdir()
+        self.user = pwd.getpwuid(os.getuid()).pw_name        # the exchange's learner id: the user name
+        self.learner_home = tmp / "learner"
+        self.learner_home.mkdir()
+
+    def env(self, home: Path, grading: bool = True) -> dict:
+        drop = ("GRADING_DIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR")
+        env = {k: v for k, v in os.environ.items() if k not in drop}
+        env.update(PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", HOME=str(home))
+        if grading:
+            env["GRADING_DIR"] = str(self.grading)      # where nbgrader_config.py puts it anyway; the report reads it
+        return env
+
+    def run(self, cmd: str, learner: bool = False, check: bool = True) -> subprocess.CompletedProcess:
+        """A README command, from the course root (the instructor) or the learner's home folder."""
+        cmd = cmd.replace(EXCHANGE, str(self.exchange))
+        home = self.learner_home if learner else self.home
+        r = subprocess.run(["bash", "-c", cmd], cwd=home if learner else self.root,
+                           env=self.env(home, grading=not learner), capture_output=True, text=True, timeout=600)
+        if check:
+            assert r.returncode == 0, f"{cmd}\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
+        return r
+
+
+def _answer(path: Path):
+    """The learner writes the reference's answers into the fetched notebook."""
+    nb = nbformat.read(str(path), as_version=4)
+    ref = variants.reference_sources(ASG)
+    for cell in nb.cells:
+        if is_solution(cell):
+            cell.source = ref[nbgrader_meta(cell)["grade_id"]]
+    nbformat.write(nb, str(path))
+
+
+def _lms_zip(path: Path):
+    """What an LMS hands over: ben on time with a bug, cleo a day late, and a file not named by the pattern."""
+    bug = {v.name: v for v in variants.load(ASG)}[BUG]
+    path.parent.mkdir(parents=True)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"ben_20261201T120000_{ASG}.ipynb", nbformat.writes(variants.submission(ASG, bug.cells)))
+        z.writestr(f"cleo_20261216T090000_{ASG}.ipynb", nbformat.writes(variants.submission(ASG)))
+        z.writestr(f"{ASG}.ipynb", nbformat.writes(variants.submission(ASG)))
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    c = Course(tmp_path_factory.mktemp("instructor-guide"))
+    t0 = time.monotonic()
+    out = {}
+    # release, with the due date
+    c.run(documented(f"nbgrader generate_assignment {ASG} --force"))
+    c.run(documented(f'nbgrader db assignment add {ASG} --duedate="2026-12-15 17:00:00 Europe/Berlin"'))
+    out["list"] = c.run(documented("nbgrader db assignment list")).stdout
+    # the exchange: released, fetched and submitted by the learner, collected
+    c.run(documented(f"nbgrader release_assignment {ASG}"))
+    c.run(documented(f"nbgrader fetch_assignment {ASG} --course=inside-the-transformer --Exchange.root={EXCHANGE}"),
+          learner=True)
+    _answer(c.learner_home / ASG / f"{ASG}.ipynb")
+    c.run(documented(f"nbgrader submit {ASG} --course=inside-the-transformer --Exchange.root={EXCHANGE}"), learner=True)
+    c.run(documented(f"nbgrader collect {ASG}"))
+    # the LMS's zip, from the instructor's Downloads folder
+    _lms_zip(c.home / "Downloads" / f"{ASG}.zip")
+    c.run(documented(f"mkdir -p _build/grading/downloaded/{ASG}/archive"))
+    c.run(documented(f"cp ~/Downloads/{ASG}.zip _build/grading/downloaded/{ASG}/archive/"))
+    out["zip_collect"] = c.run(documented(f"nbgrader zip_collect {ASG}")).stderr
+    # grade, feedback, report; feedback back through the exchange
+    out["autograde"] = c.run(documented(f"nbgrader autograde {ASG}")).stderr
+    c.run(documented(f"nbgrader generate_feedback {ASG}"))
+    c.run(documented(f"python -m autograder.classroom.report {ASG}"))
+    r = c.run(documented(f"nbgrader release_feedback {ASG}"), check=False)       # it stops at ben: no secret
+    assert r.returncode and "submission_secret.txt" in r.stderr, r.stderr[-3000:]
+    c.run(documented(f"nbgrader release_feedback {ASG} --CourseDirectory.student_id_exclude=ben,cleo"))
+    c.run(documented(f"nbgrader fetch_feedback {ASG} --course=inside-the-transformer --Exchange.root={EXCHANGE}"),
+          learner=True)
+    # a learner who never submitted, and the export
+    c.run(documented("nbgrader db student add ID").replace("ID", "dev"))
+    c.run(documented("nbgrader export --to=_build/grading/grades.csv"))
+    out["seconds"] = time.monotonic() - t0
+    print(f"\nthe README's round for {ASG}: {out['seconds']:.0f} s")
+    return c, out
+
+
+def _export(c: Course) -> dict[str, dict]:
+    with open(c.grading / "grades.csv") as f:
+        return {row["student_id"]: row for row in csv.DictReader(f)}
+
+
+def test_release_with_due_date(course):
+    c, out = course
+    assert (c.root / "exercises" / ASG / f"{ASG}.ipynb").exists()
+    assert f"{ASG} (due: 2026-12-15 16:00:00)" in out["list"], out["list"]
+
+
+def test_exchange_round_trip(course):
+    c, _ = course
+    submitted = c.grading / "submitted" / c.user / ASG
+    assert (submitted / f"{ASG}.ipynb").exists()
+    # the course's CourseDirectory.ignore drops *.txt: the README's lines keep nbgrader's own files
+    assert (submitted / "timestamp.txt").exists() and (submitted / "submission_secret.txt").exists()
+    assert (c.grading / "feedback" / c.user / ASG / f"{ASG}.html").exists()
+    fetched = list((c.learner_home / ASG / "feedback").glob(f"*/{ASG}.html"))
+    assert len(fetched) == 1, fetched
+
+
+def test_zip_collect_by_file_name(course):
+    c, out = course
+    for learner, when in (("ben", "2026-12-01 12:00:00"), ("cleo", "2026-12-16 09:00:00")):
+        folder = c.grading / "submitted" / learner / ASG
+        assert (folder / f"{ASG}.ipynb").exists()
+        assert (folder / "timestamp.txt").read_text().startswith(when)
+    assert "2 files collected, 1 files skipped" in out["zip_collect"], out["zip_collect"][-2000:]
+    assert sorted(p.name for p in (c.grading / "submitted").iterdir()) == sorted(["ben", "cleo", c.user])
+
+
+def test_late_penalty_and_export(course):
+    c, out = course
+    rows = _export(c)
+    assert set(rows) == {c.user, "ben", "cleo", "dev"}
+    me = rows[c.user]
+    late = me["timestamp"] > me["duedate"]        # the exchange's time is now: late once the clock passes the date
+    assert float(me["raw_score"]) == 11 and float(me["score"]) == (0 if late else 11), me
+    assert 0 < float(rows["ben"]["raw_score"]) < 11 and rows["ben"]["late_submission_penalty"] == "0.0", rows["ben"]
+    assert rows["ben"]["score"] == rows["ben"]["raw_score"]
+    cleo = rows["cleo"]
+    assert (float(cleo["raw_score"]), float(cleo["late_submission_penalty"]), float(cleo["score"])) == (11, 11, 0)
+    assert "cleo> is 61200.0 seconds late" in out["autograde"]
+    dev = rows["dev"]                               # never submitted: listed, with 0
+    assert (dev["timestamp"], float(dev["score"]), float(dev["max_score"])) == ("", 0, 11), dev
+    with open(c.grading / "report" / ASG / "scores.csv") as f:
+        report = {row["learner"]: row for row in csv.DictReader(f)}
+    assert set(report) == {c.user, "ben", "cleo"} and report["cleo"]["total"] == "11"   # before the penalty
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_formgrader_and_manual_grade(course):
+    c, _ = course
+    cmd = documented("jupyter server --no-browser")
+    port, token = _free_port(), "instructor-guide"
+    args = f" --port={port} --IdentityProvider.token={token}" + (" --allow-root" if os.geteuid() == 0 else "")
+    log = open(c.home / "server.log", "w")
+    server = subprocess.Popen(["bash", "-c", "exec " + cmd + args], cwd=c.root, env=c.env(c.home),
+                              stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
+
+    def api(path: str, data: bytes | None = None):
+        req = urllib.request.Request(base + path, data=data, method="PUT" if data else "GET",
+                                     headers={"Authorization": f"token {token}"})
+        with opener.open(req, timeout=30) as r:
+            return json.load(r)
+
+    try:
+        for _ in range(120):
+            try:
+                api("/api/status")
+                break
+            except OSError:
+                assert server.poll() is None, (c.home / "server.log").read_text()[-3000:]
+                time.sleep(0.5)
+        with opener.open(f"{base}/formgrader?token={token}", timeout=30) as r:   # as a browser: token, then cookie
+            page = r.read().decode()
+            assert r.status == 200 and r.url.endswith("/formgrader/manage_assignments"), r.url
+        assert "<title>nbgrader formgrade" in page
+
+        with Gradebook(f"sqlite:///{c.grading / 'gradebook.db'}") as gb:    # the grader flags ben's first part
+            grade = gb.find_grade("sinusoidal_encoding_tests", ASG, ASG, "ben")
+            grade.needs_manual_grade = True
+            gb.db.commit()
+            grade_id, provisional = grade.id, grade.auto_score
+
+        def ben():
+            return {s["student"]: s for s in api(f"/formgrader/api/submissions/{ASG}")}["ben"]
+
+        assert ben()["needs_manual_grade"] is True
+        typed = api(f"/formgrader/api/grade/{grade_id}", b'{"manual_score": 2, "extra_credit": 0}')
+        assert typed["manual_score"] == 2 and typed["needs_manual_grade"] is False
+        now = ben()
+        assert now["needs_manual_grade"] is False and now["score"] == pytest.approx(now["max_score"] - 4 + 2)
+        assert provisional < 2
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
+    c.run(documented("nbgrader export --to=_build/grading/grades.csv"))
+    assert float(_export(c)["ben"]["score"]) == 9
