@@ -3,8 +3,10 @@
 - The criteria in each graded cell are what `autograder.authoring.criteria` renders from the hidden suite's own tests
   and constants.
 - The visible checks pass for the reference and for every known correct answer, and catch the known mistakes listed
-  in VISIBLE, each with its own message: the notebook's setup cells, the answer's solution cells and the visible
-  checks run in order in a fresh namespace, as in a learner's kernel.
+  in VISIBLE, each with its own message: the released notebook, its solution cells filled in with the answer, runs
+  in order in a fresh namespace, as in a learner's kernel.
+- Each part's visible checks judge that part alone: a right part passes them whatever the other graded parts hold,
+  a known mistake or nothing at all (the parts an exercise asks to paste from earlier ones hold the reference).
 - Every chapter links its exercise; every exercise links its chapter and, for each graded part, the section of the
   book that explains it, and gives the part a time and two hints.
 """
@@ -38,20 +40,19 @@ def bugs(asg):
     return {v.name: v for v in variants.load(asg) if isinstance(v, variants.Bug)}
 
 
-def run_visible(asg, cells=None, until=None) -> dict:
-    """Run the setup, solution (the reference, or `cells` where given) and visible-check cells of `asg` in order,
-    in a fresh namespace, up to the cell `until`; return each cell's exception (None where it ran through)."""
-    nb = notebooks.read(notebooks.source_notebook(asg))
-    reference = variants.reference_sources(asg)
+def run_visible(asg, cells=None, until=None, answered=True) -> dict:
+    """Run the code cells of the released notebook of `asg`, its solution cells holding the reference or `cells`
+    where given (the stubs, with `answered=False`), in order, in a fresh namespace, up to the cell `until`; return
+    each cell's exception (None where it ran through)."""
+    nb = variants.submission(asg, cells, answered=answered)
     ns, results = {"__name__": f"visible_{asg}"}, {}
     for cell in nb.cells:
         if cell.cell_type != "code" or is_graded_test(cell):
             continue
         gid = nbgrader_meta(cell).get("grade_id") or cell.get("id")
-        source = (cells or {}).get(gid, reference[gid]) if is_solution(cell) else cell.source
         try:
             with contextlib.redirect_stdout(io.StringIO()):
-                exec(compile(source, f"<{asg}:{gid}>", "exec"), ns)
+                exec(compile(cell.source, f"<{asg}:{gid}>", "exec"), ns)
             results[gid] = None
         except Exception as e:  # noqa: BLE001 - a failing check is the result
             results[gid] = e
@@ -64,6 +65,43 @@ def visible_checks(asg) -> list[str]:
     nb = notebooks.read(notebooks.source_notebook(asg))
     return [nbgrader_meta(c).get("grade_id") or c.get("id") for c in nb.cells if c.cell_type == "code"
             and not is_solution(c) and not is_graded_test(c) and "setup" not in c.metadata.get("tags", [])]
+
+
+def checks_of_parts(asg) -> dict[str, list[str]]:
+    """Each graded part -> its visible checks: the code cells between its solution cell and its graded cell."""
+    nb = notebooks.read(notebooks.source_notebook(asg))
+    parts = {gid.removesuffix(notebooks.TESTS_SUFFIX) for gid in notebooks.graded_cells(nb)}
+    found: dict[str, list[str]] = {}
+    part = None
+    for cell in nb.cells:
+        gid = nbgrader_meta(cell).get("grade_id") or cell.get("id")
+        if is_solution(cell):
+            part = gid if gid in parts else part
+            if part is not None:
+                found.setdefault(part, [])
+        elif is_graded_test(cell):
+            part = None
+        elif part is not None and cell.cell_type == "code":
+            found[part].append(gid)
+    return found
+
+
+def solution_ids(asg) -> list[str]:
+    return [nbgrader_meta(c)["grade_id"] for c in notebooks.read(notebooks.source_notebook(asg)).cells
+            if is_solution(c)]
+
+
+def mistakes_in_other_parts():
+    """(asg, bug, part): a known mistake in some graded parts, and a graded part it leaves right."""
+    for asg in ASSIGNMENTS:
+        parts = checks_of_parts(asg)
+        for bug in bugs(asg).values():
+            if set(bug.cells) <= set(parts):         # a mistake in the pasted parts is the together tests' concern
+                yield from ((asg, bug.name, part) for part in sorted(set(parts) - set(bug.cells)))
+
+
+def failures(results: dict, cells: list[str]) -> dict:
+    return {gid: f"{type(results[gid]).__name__}: {results[gid]}" for gid in cells if results.get(gid) is not None}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -129,6 +167,28 @@ def test_visible_checks_catch_known_mistakes(asg, bug):
     error = run_visible(asg, bugs(asg)[bug].cells, until=cell)[cell]
     assert isinstance(error, AssertionError), f"{asg}, {bug}: {cell} gave {error!r}, not a failed check"
     assert message in str(error), f"{asg}, {bug}: {cell} failed with {str(error)!r}, expected {message!r}"
+
+
+@pytest.mark.parametrize("asg,bug,part", list(mistakes_in_other_parts()))
+def test_a_right_part_passes_its_checks_whatever_the_others_hold(asg, bug, part):
+    """A right part passes its own visible checks beside a known mistake in another graded part (part 3 beside a
+    part 1 that forgets 1/sqrt(d), for instance)."""
+    own = checks_of_parts(asg)[part]
+    assert own, f"{asg}: {part} has no visible checks"
+    results = run_visible(asg, bugs(asg)[bug].cells, until=own[-1])
+    assert not failures(results, own), f"{asg}: the reference {part} beside {bug}: {failures(results, own)}"
+
+
+@pytest.mark.parametrize("asg,part", [(asg, part) for asg in ASSIGNMENTS for part in checks_of_parts(asg)])
+def test_a_right_part_passes_its_checks_with_the_others_unanswered(asg, part):
+    """A right part passes its own visible checks when the other graded parts are still the stubs of the release (a
+    learner may write them in any order); the parts pasted from earlier exercises hold the reference."""
+    parts = checks_of_parts(asg)
+    reference = variants.reference_sources(asg)
+    cells = {gid: reference[gid] for gid in solution_ids(asg) if gid == part or gid not in parts}
+    results = run_visible(asg, cells, until=parts[part][-1], answered=False)
+    assert not failures(results, parts[part]), \
+        f"{asg}: the reference {part}, the other parts unanswered: {failures(results, parts[part])}"
 
 
 # -- links, times and hints -----------------------------------------------------------------------------------------

@@ -211,6 +211,16 @@ VARIANTS = [
         {"scaled_dot_product_attention_tests": "mask is inverted"},
         "True taken as blocked; a right MultiHeadAttention using it loses only its test with the learner's own parts",
         together={"MultiHeadAttention_tests": "fix part 1 (scaled_dot_product_attention) first"}),
+    Bug("sdpa_softmax_over_queries", {"scaled_dot_product_attention": SDPA_SOFTMAX.replace(
+        "torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)")},
+        {"scaled_dot_product_attention_tests": "softmax over dim -2"},
+        "the softmax taken over the queries; a right MultiHeadAttention using it loses only its test with the "
+        "learner's own parts",
+        together={"MultiHeadAttention_tests": "fix part 1 (scaled_dot_product_attention) first"}),
+    Bug("sdpa_unscaled", {"scaled_dot_product_attention": SDPA_SOFTMAX.replace(" / math.sqrt(q.size(-1))", "")},
+        {"scaled_dot_product_attention_tests": "the scores are not scaled: divide q k^T by sqrt(d)"},
+        "the 1/sqrt(d) forgotten; a right MultiHeadAttention using it loses only its test with the learner's own parts",
+        together={"MultiHeadAttention_tests": "fix part 1 (scaled_dot_product_attention) first"}),
     Bug("causal_no_diagonal", {"causal_mask": "def causal_mask(seq_len, device=None):\n"
                                               "    return torch.ones(seq_len, seq_len, device=device)"
                                               ".tril(-1).bool()\n"},
@@ -269,12 +279,14 @@ VARIANTS = [
 VISIBLE = {
     "sdpa_nan_rows": ("scaled_dot_product_attention_checks", "-inf - (-inf) = NaN"),
     "sdpa_no_max_subtracted": ("scaled_dot_product_attention_checks", "overflow exp"),
-    "sdpa_mask_inverted": ("scaled_dot_product_attention_checks", "masked keys (False) get weight 0"),
+    "sdpa_mask_inverted": ("scaled_dot_product_attention_checks", "the mask is inverted"),
+    "sdpa_softmax_over_queries": ("scaled_dot_product_attention_checks", "softmax over dim -2 (the queries)"),
+    "sdpa_unscaled": ("scaled_dot_product_attention_checks", "the scores are not scaled: divide q k^T by sqrt(d)"),
     "causal_no_diagonal": ("causal_mask_checks", "True where key j <= query i"),
-    "mha_heads_mixed": ("MultiHeadAttention_checks", "torch.nn.MultiheadAttention"),
-    "mha_scaled_by_d_model": ("MultiHeadAttention_checks", "torch.nn.MultiheadAttention"),
+    "mha_heads_mixed": ("MultiHeadAttention_checks", "heads mixed"),
+    "mha_scaled_by_d_model": ("MultiHeadAttention_checks", "scaled by 1/sqrt(d_model)"),
     "mha_mask_not_broadcast_over_heads": ("MultiHeadAttention_checks", "a padding mask of shape (B, 1, Lq, Lk)"),
-    "blockwise_no_rescale": ("blockwise_attention_checks", "equals softmax attention"),
+    "blockwise_no_rescale": ("blockwise_attention_checks", "exp(m - m')"),
     "blockwise_causal_bottom_right": ("blockwise_attention_checks", "not aligned at the end"),
 }
 # The known mistakes no visible check can see, and why: only the hidden tests catch them.
