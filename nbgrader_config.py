@@ -22,8 +22,9 @@ c.CourseDirectory.submitted_directory = os.path.join(grading, "submitted")
 c.CourseDirectory.autograded_directory = os.path.join(grading, "autograded")
 c.CourseDirectory.feedback_directory = os.path.join(grading, "feedback")
 c.CourseDirectory.db_url = os.environ.get("GRADEBOOK_URL", "sqlite:///" + os.path.join(grading, "gradebook.db"))
-# Only notebooks are ever copied from solutions/ into a release (nbgrader #1432).
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "*.py", "*.json", "*.txt", "*.md"]
+# Only notebooks are ever copied from solutions/ into a release (nbgrader #1432); *.txt is kept: nbgrader's own
+# timestamp.txt and submission_secret.txt travel with each submission (lateness, release_feedback).
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "*.py", "*.json", "*.md"]
 
 c.ClearSolutions.code_stub = {"python": '# YOUR CODE HERE\nraise NotImplementedError("not implemented yet")'}
 
@@ -31,4 +32,6 @@ c.ClearSolutions.code_stub = {"python": '# YOUR CODE HERE\nraise NotImplementedE
 # score is decided by the hidden suites in a process that never runs learner code.
 from autograder.pipeline import configure
 
-configure(c, feedback_directory=os.path.join(grading, "feedback"))
+configure(c)
+# Where the book is published, for the links in the feedback pages (without it they name the chapter as text).
+c.BookLinks.url = os.environ.get("COURSE_BOOK_URL", "")

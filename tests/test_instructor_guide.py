@@ -161,7 +161,7 @@ def test_exchange_round_trip(course):
     c, _ = course
     submitted = c.grading / "submitted" / c.user / ASG
     assert (submitted / f"{ASG}.ipynb").exists()
-    # the course's CourseDirectory.ignore drops *.txt: the README's lines keep nbgrader's own files
+    # nbgrader's own files travel with the submission (lateness, release_feedback)
     assert (submitted / "timestamp.txt").exists() and (submitted / "submission_secret.txt").exists()
     assert (c.grading / "feedback" / c.user / ASG / f"{ASG}.html").exists()
     fetched = list((c.learner_home / ASG / "feedback").glob(f"*/{ASG}.html"))
