@@ -331,6 +331,31 @@ def test_the_report_counts_the_verdicts_as_recorded(tmp_path):
     assert notes == [{"note": "graded without: x", "learners": 1, "who": ["ann"]}]
 
 
+def test_the_report_counts_each_misconception_once(tmp_path):
+    """Two learners with one mistake (diagnoses that differ only in their numbers) make one row, counted twice; an
+    unanswered cell makes one row, whatever its other tests said; another mistake its own row."""
+    swapped = ["sin(50, 32) is wrong (largest error {}, allowed 1e-05): sin and cos are swapped", "row 0 is wrong ({})"]
+    halves = ["sin(50, 32) is wrong (largest error 2, allowed 1e-05): not concatenated halves"]
+    unanswered = ["must raise ValueError (it raised NotImplementedError)", "not implemented yet (it raises ...)"]
+    answers = {"ann": [d.format(1.41) for d in swapped], "bob": [d.format(1.39) for d in swapped], "cy": halves,
+               "dee": unanswered}
+    rows = []
+    for learner, diagnoses in answers.items():
+        verdict = record.Verdict("rope_tests", 4.0, 1.0, checks=[record.Check(f"t{i}", 1, False, d)
+                                                                 for i, d in enumerate(diagnoses)])
+        nb = nbformat.v4.new_notebook()
+        nb.metadata[record.RECORD] = record.Grading({"rope_tests": verdict}).to_dict()
+        path = tmp_path / "autograded" / learner / ASG / f"{ASG}.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(nb, str(path))
+        rows.append(grade.CellScore(learner, ASG, "rope_tests", 1.0, 4.0, ""))
+    diagnoses, _ = report.class_diagnoses(tmp_path, rows)
+    assert sorted((d["who"], d["lost"]) for d in diagnoses) == [(["ann", "bob"], 3.0), (["cy"], 3.0), (["dee"], 3.0)]
+    by = {d["who"][0]: d["diagnoses"] for d in diagnoses}
+    assert by["ann"][0].endswith("sin and cos are swapped")      # the one that names a cause first
+    assert by["dee"] == ["not implemented yet (it raises ...)"]
+
+
 def test_a_failure_is_a_grader_error_unless_nothing_was_submitted():
     """The kind comes from the grader's own lines: a quoted sandbox line that names a fault counts for nothing."""
     nothing = "[AutogradeApp | ERROR] No notebooks were matched by '/x/submitted/lost/a/*.ipynb'\n"

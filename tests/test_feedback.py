@@ -182,11 +182,49 @@ def test_no_learner_script_runs_in_the_feedback(graded, browser, served, how):
     url = _page(d, "mallory").as_uri() if how == "file" else f"{served}/mallory/{ASG}/{ASG}.html"
     seen = _open(browser, url)
     _nothing_ran(seen)
-    assert seen["inline_scripts"] == 0 and seen["handlers"] == 0, seen
-    assert seen["scripts"] and all("/mathjax/" in s for s in seen["scripts"]), seen["scripts"]
+    assert seen["inline_scripts"] == 2 and seen["handlers"] == 0, seen         # MathJax's configuration, MathJax
+    assert not seen["scripts"], seen["scripts"]
     assert seen["violations"] == [], "the sanitized page itself breaks its policy"
     # The exception message reaches the learner as the text it was, in the gradebook comment.
     assert 'raised ValueError: <img src="data:," onerror=' in seen["text"], seen["text"][-2000:]
+
+
+def test_a_feedback_page_opens_on_its_own(graded, browser, tmp_path):
+    """nbgrader's release_feedback hands a learner the page alone: moved away from the grading folder, its math
+    still renders, it asks for no other file, and no link points into a clone of the course."""
+    page = tmp_path / "alone" / f"{ASG}.html"
+    page.parent.mkdir()
+    page.write_text(_page(graded[0], "normal").read_text())
+    seen = _open(browser, page.as_uri())
+    assert seen["math"] > 0 and seen["violations"] == [], seen["violations"]
+    assert seen["asked"] == [page.as_uri()], seen["asked"]
+    assert not re.search(r'href="[^"]*_build/html', page.read_text())
+
+
+def test_the_feedback_agrees_with_the_instructor_s_score(graded, tmp_path):
+    """A score and a comment the instructor gives in formgrader (written to the gradebook as formgrader writes them):
+    the page's header, the graded cell's output and its comment all say the instructor's score, and the grader's
+    diagnosis stays beside the instructor's comment; no page carries grader jargon or nbgrader's warnings."""
+    import shutil
+
+    from nbgrader.api import Gradebook
+
+    d = tmp_path / "grading"
+    shutil.copytree(graded[0], d, ignore=shutil.ignore_patterns("feedback"))
+    with Gradebook(grade.db_url(d)) as gb:
+        g = gb.find_grade("rope_tests", ASG, ASG, "mallory")
+        g.manual_score = 1.0
+        gb.find_comment("rope", ASG, ASG, "mallory").manual_comment = "see me about the rotation"
+        gb.db.commit()
+    f = grade.feedback(d, ASG, capture_output=True, text=True)
+    assert f.returncode == 0 and "not recognized" not in f.stderr, f.stderr[-3000:]
+    html = _page(d, "mallory").read_text()
+    assert "rope_tests: 1 / 4 points (given by your instructor; the grader&#x27;s automatic score" in html or \
+        "rope_tests: 1 / 4 points (given by your instructor; the grader's automatic score" in html, html[-3000:]
+    assert "Your instructor gave this part 1 / 4 points" in html and "see me about the rotation" in html
+    assert "The grader:" in html
+    for page in (d / "feedback").rglob("*.html"):
+        assert "graded without" not in page.read_text(), page
 
 
 INJECTED = """<script>window.pwned = 'inline'; console.log('PWNED inline')</script>

@@ -8,8 +8,8 @@ Read from the gradebook (GRADEBOOK_URL, else the grading folder's SQLite file) a
 - `scores.csv`     one row per learner: the score of each graded cell, the total, the points, and
                    for a learner whose grading failed its status, `grader error: <reason>` (the grader
                    could not grade it) or `not graded: <reason>` (nothing to grade), and no total;
-- `diagnoses.csv`  for each graded cell, each diagnosis and how many learners got it (which ones):
-                   the class's misconceptions;
+- `diagnoses.csv`  for each graded cell, each misconception (the diagnoses one mistake gives, numbers aside),
+                   how many learners made it (which ones) and the points it cost them on average;
 - `histogram.png`  the histogram of total scores;
 - `report.html`    one self-contained page with the three (the image inlined, no other file or host).
 
@@ -26,6 +26,7 @@ import html
 import io
 import math
 import os
+import re
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,22 +48,45 @@ def learner_record(grading_dir: Path, assignment: str, learner: str) -> dict:
         return {}
 
 
+NOT_ANSWERED = "not implemented yet"
+_NUMBER = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?")
+
+
+def misconception(diagnoses: list[str]) -> tuple[str, ...]:
+    """What one learner got wrong in one graded cell, as a key that another learner with the same mistake shares:
+    its diagnoses with their numbers taken out (sizes and errors differ from one grading to the next); an
+    unanswered cell is unanswered, whatever else its tests said."""
+    if any(NOT_ANSWERED in d for d in diagnoses):
+        return (next(d for d in diagnoses if NOT_ANSWERED in d),)
+    return tuple(sorted({_NUMBER.sub("#", d) for d in diagnoses}))
+
+
 def class_diagnoses(grading_dir: Path, rows: list[grade.CellScore],
                     order: Sequence[str] = ()) -> tuple[list[dict], list[dict]]:
-    """(one record per (graded cell, diagnosis), one per grading note): how many learners got it, and who."""
-    who: dict[tuple[str, str], list[str]] = defaultdict(list)
+    """(one record per (graded cell, misconception), one per grading note): how many learners made it, who, and
+    the points it cost them on average; a misconception is shown by the diagnoses its first learner got, the ones
+    that name a cause first."""
+    groups: dict[tuple[str, tuple[str, ...]], dict] = {}
     noted: dict[str, list[str]] = defaultdict(list)
+    lost = {(r.learner, r.cell): r.points - (r.score or 0.0) for r in rows}
     for learner in sorted({r.learner for r in rows}):
         rec = learner_record(grading_dir, rows[0].assignment, learner)
         grading = Grading.from_dict(rec)
         for cell, v in grading.verdicts.items():
-            for d in dict.fromkeys([*rec.get("problems", []), *v.failed]):
-                who[(cell, d)].append(learner)
+            found = [[p] for p in rec.get("problems", [])] + ([v.failed] if v.failed else [])
+            for diagnoses in found:
+                key = (cell, misconception(diagnoses))
+                shown = (list(key[1]) if any(NOT_ANSWERED in d for d in diagnoses)
+                         else sorted(dict.fromkeys(diagnoses), key=lambda d: ": " not in d))
+                g = groups.setdefault(key, {"cell": cell, "diagnoses": shown, "who": [], "lost": []})
+                g["who"].append(learner)
+                g["lost"].append(lost.get((learner, cell), 0.0))
         for note in rec.get("notes", []):
             noted[note].append(learner)
     cells = grade.ordered_cells(rows, order)
-    out = [{"cell": cell, "diagnosis": d, "learners": len(names), "who": sorted(names)}
-           for (cell, d), names in who.items() if cell in cells]
+    out = [{"cell": g["cell"], "diagnosis": " | ".join(g["diagnoses"]), "diagnoses": g["diagnoses"],
+            "learners": len(g["who"]), "who": sorted(g["who"]), "lost": round(sum(g["lost"]) / len(g["lost"]), 2)}
+           for g in groups.values() if g["cell"] in cells]
     notes = [{"note": n, "learners": len(names), "who": sorted(names)} for n, names in sorted(noted.items())]
     return sorted(out, key=lambda x: (cells.index(x["cell"]), -x["learners"], x["diagnosis"])), notes
 
@@ -139,8 +163,10 @@ def render_html(assignment: str, cells: list[str], lines, diagnoses: list[dict],
         tds = "".join(f'<td class="n">{_fmt(scores.get(c))}</td>' for c in cells)
         body.append(f"<tr{cls}><td>{e(learner)}</td>{tds}<td class=\"n\">{_fmt(total)}</td>"
                     f"<td class=\"n\">{_fmt(points)}</td><td>{e(status)}</td></tr>")
-    diag = "".join(f"<tr><td>{e(d['cell'].removesuffix('_tests'))}</td><td>{e(d['diagnosis'])}</td>"
-                   f"<td class=\"n\">{d['learners']}</td><td>{e(', '.join(d['who']))}</td></tr>"
+    diag = "".join(f"<tr><td>{e(d['cell'].removesuffix('_tests'))}</td><td><ul>"
+                   + "".join(f"<li>{e(x)}</li>" for x in d["diagnoses"])
+                   + f"</ul></td><td class=\"n\">{d['learners']}</td><td class=\"n\">{d['lost']:g}</td>"
+                   f"<td>{e(', '.join(d['who']))}</td></tr>"
                    for d in diagnoses)
     noted = "".join(f"<tr><td>{e(n['note'])}</td><td class=\"n\">{n['learners']}</td>"
                     f"<td>{e(', '.join(n['who']))}</td></tr>"
@@ -157,9 +183,11 @@ def render_html(assignment: str, cells: list[str], lines, diagnoses: list[dict],
 <h2>Scores</h2>
 <table><tr><th>learner</th>{head}<th>total</th><th>points</th><th>status</th></tr>
 {''.join(body)}</table>
-<h2>Misconceptions: diagnoses per graded cell</h2>
-<table><tr><th>graded cell</th><th>diagnosis</th><th>learners</th><th>who</th></tr>
-{diag or '<tr><td colspan="4">no diagnosis: every graded cell passed</td></tr>'}</table>
+<h2>Misconceptions: one row per mistake and graded cell</h2>
+<p class="muted">Learners whose tests failed with the same diagnoses (numbers aside) are counted together; the points
+are what the cell cost them on average.</p>
+<table><tr><th>graded cell</th><th>what the grader said</th><th>learners</th><th>points lost</th><th>who</th></tr>
+{diag or '<tr><td colspan="5">no diagnosis: every graded cell passed</td></tr>'}</table>
 <h2>Grading notes: protections or measurements a grading lacked</h2>
 <table><tr><th>note</th><th>learners</th><th>who</th></tr>
 {noted or '<tr><td colspan="3">none: every grading had every protection</td></tr>'}</table>
@@ -186,9 +214,9 @@ def build(grading_dir: Path, assignment: str, url: str | None = None, failures: 
     diagnoses, notes = class_diagnoses(grading_dir, rows, order) if rows else ([], [])
     with open(out / "diagnoses.csv", "w", newline="") as f:
         row = _writer(f)
-        row(["cell", "diagnosis", "learners", "who"])
+        row(["cell", "diagnosis", "learners", "points lost", "who"])
         for d in diagnoses:
-            row([d["cell"], d["diagnosis"], d["learners"], " ".join(d["who"])])
+            row([d["cell"], d["diagnosis"], d["learners"], f"{d['lost']:g}", " ".join(d["who"])])
     graded = [x for x in lines if x[4] == "graded"]
     totals = [x[2] for x in graded]
     max_points = max((x[3] for x in graded), default=0.0)

@@ -21,14 +21,14 @@ from nbgrader.preprocessors import (
 
 from autograder.pipeline import submission
 from autograder.pipeline.diagnoses import SaveDiagnoses
-from autograder.pipeline.feedback import TEMPLATES, FeedbackGrades, FeedbackHTML, OfflineMathJax
+from autograder.pipeline.feedback import TEMPLATES, BookLinks, FeedbackGrades, FeedbackHTML
 from autograder.pipeline.reader import SubmissionReader
 from autograder.pipeline.run import SandboxedExecute
 from autograder.pipeline.score import HiddenSuites
 from autograder.verdict.record import RECORD
 
 
-def configure(c, feedback_directory: str = ""):
+def configure(c):
     """Register the trusted grading pipeline in an nbgrader config object."""
     c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
                                           CheckCellMetadata]
@@ -51,5 +51,4 @@ def configure(c, feedback_directory: str = ""):
     c.GenerateFeedback.exporter_class = FeedbackHTML
     c.FeedbackHTML.template_name = "feedback"
     c.FeedbackHTML.extra_template_basedirs = [str(TEMPLATES), str(nbgrader_templates)]
-    c.GenerateFeedback.preprocessors = [FeedbackGrades, CSSHTMLHeaderPreprocessor, OfflineMathJax]
-    c.OfflineMathJax.feedback_directory = feedback_directory
+    c.GenerateFeedback.preprocessors = [FeedbackGrades, BookLinks, CSSHTMLHeaderPreprocessor]

@@ -45,11 +45,13 @@ class HiddenSuites(NbGraderPreprocessor):
         grading.structure = {gid: {k: v for k, v in st.items() if k != "html"} for gid, st in grading.structure.items()}
         rec = record(nb)
         missing = [name for name, ok in rec.get("protections", {}).items() if not ok]
+        if missing:                   # the machine's, not the learner's: the log and the class report say so
+            self.log.warning("%s graded without: %s", resources["nbgrader"].get("student"), "; ".join(missing))
         notes = list(dict.fromkeys([*(f"graded without: {m}" for m in missing), *grading.notes]))
         nb.metadata[RECORD] = {**rec, **grading.to_dict(), "notes": notes,
                                "problems": nb.metadata.get(submission.PROBLEMS, [])}
-        if notes:
-            text = markdown_text("; ".join(notes))
+        if grading.notes:
+            text = markdown_text("; ".join(dict.fromkeys(grading.notes)))
             nb.cells.insert(0, nbformat.v4.new_markdown_cell(f"**Grader note:** {text}."))
         self.log.info("hidden suite %s: %s", assignment,
                       ", ".join(f"{gid} {v.score:g}/{v.points:g}" for gid, v in grading.verdicts.items()))

@@ -269,14 +269,21 @@ def score(records: list[dict], graded: dict[str, float], findings: static.Report
                            "to write (the grader refuses it when it is called), so no points for this part")
         else:
             v.score = min(max(round(v.points * got / total, 2), 0.0), v.points)
-    # Code that can reach the grader can change any test's outcome: every graded cell is flagged.
+    # Code that can reach the grader can change any test's outcome: every graded cell is flagged, and its note says
+    # whether the code is its own or elsewhere (nbgrader then asks the instructor for a score for each).
     flagged = [f for fs in findings.suspicious.values() for f in fs]
     if flagged:
         reasons = "; ".join(dict.fromkeys(f"{f.what} ({f.where()})" for f in flagged))
-        for v in verdicts.values():
+        for gid, v in verdicts.items():
             v.status = FLAGGED
-            v.notes.append(f"flagged for your instructor to read: your code {reasons}; this can reach the grader or a "
-                           "library function in ways a reading of the code cannot follow")
+            if any(f.cell == gid.removesuffix(TESTS_SUFFIX) for f in flagged):
+                v.notes.append(f"flagged for your instructor to read: your code {reasons}; this can reach the grader "
+                               "or a library function in ways a reading of the code cannot follow, so your instructor "
+                               "decides this cell's score")
+            else:
+                v.notes.append(f"flagged for your instructor to read, for code in another cell: {reasons}; code that "
+                               "can reach the grader can change any test's outcome, so your instructor confirms this "
+                               "cell's score too")
     return verdicts
 
 

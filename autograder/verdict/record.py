@@ -51,15 +51,29 @@ class Verdict:
         """What the learner reads: the notes, then each failed test's diagnosis once."""
         return list(dict.fromkeys([*self.notes, *(c.diagnosis for c in self.checks if not c.passed and c.diagnosis)]))
 
+    def costs(self) -> list[tuple[str, float | None]]:
+        """Each failed test's diagnosis once, with the points the tests that failed with it cost (None when the
+        score does not come from the tests: a note set it)."""
+        total = sum(c.weight for c in self.checks)
+        cost: dict[str, float] = {}
+        for c in self.checks:
+            if not c.passed and c.diagnosis:
+                cost[c.diagnosis] = cost.get(c.diagnosis, 0.0) + (self.points * c.weight / total if total else 0.0)
+        from_tests = abs(sum(cost.values()) - (self.points - self.score)) < 0.011
+        return [(d, round(v, 2) if from_tests else None) for d, v in cost.items()]
+
     def text(self) -> str:
+        """The graded cell's output: the score, the notes, what passed, and each mistake once with what it cost."""
         lines = [f"{self.grade_id}: {self.score:g} / {self.points:g} points"
                  + ("" if self.status == GRADED else f" ({self.status})")]
+        lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  passed: {p}" for p in self.passed]
-        lines += [f"  FAILED: {d}" for d in self.failed]
+        lines += [f"  FAILED{'' if cost is None else f' (-{cost:g} points)'}: {d}" for d, cost in self.costs()]
         return "\n".join(lines)
 
     def comment(self) -> str:
-        return "; ".join(self.failed) if self.failed else f"all hidden tests passed ({self.score:g}/{self.points:g})"
+        found = [*self.notes, *(d if cost is None else f"{d} (-{cost:g} points)" for d, cost in self.costs())]
+        return "; ".join(found) if found else f"all hidden tests passed ({self.score:g}/{self.points:g})"
 
     def to_dict(self) -> dict:
         return asdict(self)
