@@ -282,19 +282,19 @@ VISIBLE = {
     "sdpa_mask_inverted": ("scaled_dot_product_attention_checks", "the mask is inverted"),
     "sdpa_softmax_over_queries": ("scaled_dot_product_attention_checks", "softmax over dim -2 (the queries)"),
     "sdpa_unscaled": ("scaled_dot_product_attention_checks", "the scores are not scaled: divide q k^T by sqrt(d)"),
+    "sdpa_query_loop": ("scaled_dot_product_attention_speed", "a Python loop over positions? vectorise it"),
     "causal_no_diagonal": ("causal_mask_checks", "True where key j <= query i"),
     "mha_heads_mixed": ("MultiHeadAttention_checks", "heads mixed"),
     "mha_scaled_by_d_model": ("MultiHeadAttention_checks", "scaled by 1/sqrt(d_model)"),
     "mha_mask_not_broadcast_over_heads": ("MultiHeadAttention_checks", "a padding mask of shape (B, 1, Lq, Lk)"),
+    "mha_inline_query_loop": ("MultiHeadAttention_speed", "a Python loop over positions? vectorise it"),
     "blockwise_no_rescale": ("blockwise_attention_checks", "exp(m - m')"),
     "blockwise_causal_bottom_right": ("blockwise_attention_checks", "not aligned at the end"),
+    "blockwise_full_matrix": ("blockwise_attention_speed", "never build an Lq x Lk matrix"),
+    "blockwise_full_matrix_unseen": ("blockwise_attention_speed", "never build an Lq x Lk matrix"),
 }
 # The known mistakes no visible check can see, and why: only the hidden tests catch them.
 HIDDEN_ONLY = {
     "blockwise_library": "right values: the grader sees the library call",
-    "sdpa_query_loop": "right values: the grader measures speed",
-    "mha_inline_query_loop": "right values: the grader measures speed",
-    "blockwise_full_matrix": "right values: the grader measures memory",
-    "blockwise_full_matrix_unseen": "right values: the grader measures memory (on a GPU, from the driver)",
     "blockwise_skips_long_inputs": "wrong only at lengths far beyond a visible check",
 }
