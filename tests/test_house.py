@@ -9,7 +9,7 @@ from helpers import ROOT
 PACKAGE = ROOT / "autograder"
 # Bottom to top: a package may import the ones before it. `base` is the package's own top-level modules
 # (config, notebooks), which every step uses.
-FLOW = ["base", "inside", "sandbox", "graph", "verdict", "pipeline", "authoring", "classroom"]
+FLOW = ["base", "inside", "sandbox", "graph", "verdict", "pipeline", "authoring", "classroom", "service"]
 
 
 def imports(path: Path) -> list[tuple[int, str]]:

@@ -30,6 +30,7 @@ from autograder.verdict.suites import checks
 
 WIDTH = 118
 TRAINING_CELL = "TinyTransformer_training"     # the cell id of the visible training run (a plain, editable cell)
+CHECK_CELL = "check_my_work"                   # the cell id of `check()` (autograder/authoring/check_client.py)
 
 
 @dataclass
@@ -157,10 +158,29 @@ def _with_settings(source: str, settings: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def check_cell_source(assignment: str) -> str:
+    """The `check()` cell: the client's function, bound to this assignment."""
+    from autograder.authoring import check_client
+
+    code = inspect.getsource(check_client.check).replace("{ASSIGNMENT}", assignment)
+    return ("# Check your work while you go: check() sends this notebook, as last saved, to the course's check\n"
+            "# service and prints what the hidden tests say (it changes no grade). Save first, then run check().\n"
+            + code.rstrip("\n"))
+
+
 def render(assignment: str, nb=None):
-    """The source notebook with every generated cell written from the hidden suite."""
+    """The source notebook with every generated cell written from the hidden suite (and the `check()` cell, put
+    after the setup cell when it is missing)."""
     nb = copy.deepcopy(nb or notebooks.read(notebooks.source_notebook(assignment)))
+    if not any(c.get("id") == CHECK_CELL for c in nb.cells):
+        at = next(i for i, c in enumerate(nb.cells) if "setup" in c.metadata.get("tags", [])
+                  or nbgrader_meta(c).get("grade_id") == "setup")
+        cell = nbformat.v4.new_code_cell("")
+        cell["id"] = CHECK_CELL
+        nb.cells.insert(at + 1, cell)
     for cell in nb.cells:
+        if cell.get("id") == CHECK_CELL:
+            cell.source = check_cell_source(assignment)
         meta = nbgrader_meta(cell)
         if is_graded_test(cell):
             cell.source = graded_comment(assignment, meta["grade_id"], float(meta["points"]))

@@ -1,0 +1,79 @@
+"""One check: the learner's notebook graded by the real `nbgrader autograde` (and, when asked, `generate_feedback`)
+in a scratch copy of a grading folder made once per assignment, so that a check never touches the class's
+gradebook or another learner's files; the answer holds the learner's scores and the graded cells' verdicts."""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+from autograder.classroom import classgrade, grade
+from autograder.notebooks import is_graded_test, nbgrader_meta
+
+
+class NotANotebook(ValueError):
+    """The upload is not a notebook (nothing was graded)."""
+
+
+class Refused(RuntimeError):
+    """The grading could not be done: `grader` says whose fault it is."""
+
+    def __init__(self, message: str, grader: bool):
+        super().__init__(message)
+        self.grader = grader
+
+
+class Checker:
+    def __init__(self, state: Path, assignments: list[str]):
+        self.state = Path(state)
+        self.templates = self.state / "templates"
+        (self.state / "scratch").mkdir(parents=True, exist_ok=True)
+        for asg in assignments:
+            if not (self.templates / asg / "gradebook.db").exists():
+                grade.prepare(self.templates / asg, [asg])
+
+    def check(self, assignment: str, learner: str, body: bytes, html: bool = False) -> dict:
+        try:
+            nb = json.loads(body)
+        except (ValueError, RecursionError):
+            raise NotANotebook("the upload is not a notebook (.ipynb, JSON)") from None
+        if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+            raise NotANotebook("the upload is not a notebook: it has no cells")
+        with tempfile.TemporaryDirectory(prefix="check-", dir=self.state / "scratch") as tmp:
+            d = Path(tmp) / "grading"
+            shutil.copytree(self.templates / assignment, d)
+            grade.submit(d, learner, assignment, body)
+            r = grade.autograde(d, assignment, learner=learner, capture_output=True, text=True)
+            rows = grade.scores(d, [assignment]) if r.returncode == 0 else []
+            if not rows:
+                log = r.stdout + r.stderr
+                grader = classgrade.failure_kind(log, stopped=False) == classgrade.GRADER
+                raise Refused("the check failed on the grader's side, not because of your notebook; it was not "
+                              "counted: try again later" if grader else
+                              "your notebook could not be graded: nbgrader found nothing to grade in it", grader)
+            answer = verdicts(d / "autograded" / learner / assignment / f"{assignment}.ipynb")
+            scored = {x.cell: x for x in rows}
+            for c in answer["cells"]:
+                c.update(score=scored[c["cell"]].score, points=scored[c["cell"]].points)
+            answer.update(assignment=assignment, total=round(sum(x.score or 0 for x in rows), 2),
+                          points=sum(x.points for x in rows))
+            if html:
+                f = grade.feedback(d, assignment, capture_output=True, text=True)
+                page = d / "feedback" / learner / assignment / f"{assignment}.html"
+                answer["feedback_html"] = page.read_text() if f.returncode == 0 and page.exists() else None
+            return answer
+
+
+def verdicts(path: Path) -> dict:
+    """What the autograded notebook says to the learner: each graded cell's verdict (its output) and the notes."""
+    nb = nbformat.read(str(path), as_version=4)
+    cells = []
+    for cell in nb.cells:
+        if is_graded_test(cell):
+            text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+            cells.append({"cell": nbgrader_meta(cell)["grade_id"], "text": text.rstrip("\n")})
+    notes = [c.source for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("**Grader note:**")]
+    return {"cells": cells, "notes": notes}

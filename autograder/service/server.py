@@ -1,0 +1,235 @@
+"""The HTTP service (tornado, as Jupyter's own server): a learner's check, the upload page, the instructor's table.
+
+    POST /check/<assignment>     the notebook as the body; `Authorization: Bearer <token>`; `?html=1` adds the page
+    GET  /                       the upload page (no script: a form)
+    POST /upload                 the form's notebook and token; answers a page with the verdicts as text
+    GET  /instructor/checks.csv  per learner and assignment: how many checks, first and last (instructor's token)
+
+Refusals say why, before any grading: 401 no token, 403 a token of no learner or a closed assignment, 413 a
+notebook over the size cap, 429 over the rate limit (with Retry-After), 400 not a notebook, 503 the grader failed
+(not counted against the learner)."""
+from __future__ import annotations
+
+import asyncio
+import csv
+import datetime as dt
+import html
+import io
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import tornado.web
+
+from autograder.service.fair import FairQueue, RateLimit
+from autograder.service.grading import Checker, NotANotebook, Refused
+from autograder.service.roster import Roster
+
+CSP = ("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:system-ui,sans-serif;max-width:52em;margin:2em auto;padding:0 1em}}
+pre{{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f6f6;padding:.6em}}label{{display:block;margin:.6em 0}}
+</style></head><body><h1>{title}</h1>{body}</body></html>"""
+FORM = """<p>Check your saved notebook against the hidden tests: you get what your feedback would say, in seconds.
+Checks do not count as a submission and change no grade.</p>
+<form method="post" action="/upload" enctype="multipart/form-data">
+<label>Assignment <select name="assignment">{options}</select></label>
+<label>Your notebook <input type="file" name="notebook" accept=".ipynb" required></label>
+<label>Your check token <input type="password" name="token" required autocomplete="off"></label>
+<button type="submit">Check my work</button></form>"""
+
+
+class Service:
+    """What the handlers share: the roster, the rate limit, the fair queue, the graders' threads, the check log."""
+
+    def __init__(self, roster: Roster, state: Path, checker: Checker | None = None):
+        self.roster, self.state = roster, Path(state)
+        self.state.mkdir(parents=True, exist_ok=True)
+        self.checker = checker or Checker(self.state, sorted(roster.assignments))
+        self.rate = RateLimit(*roster.rate)
+        self.queue = FairQueue(roster.max_concurrent)
+        self.pool = ThreadPoolExecutor(max_workers=roster.max_concurrent)
+        self.log_path = self.state / "checks.csv"
+
+    def refusal(self, token: str | None, assignment: str, size: int | None) -> tuple[int, str, dict] | None:
+        """(status, why, headers) when this request is refused before any grading, else None."""
+        if not token:
+            return 401, "no check token: send it as `Authorization: Bearer <token>`", {"WWW-Authenticate": "Bearer"}
+        learner = self.roster.learner(token)
+        if learner is None:
+            return 403, "this check token belongs to no learner of the course", {}
+        why = self.roster.closed(assignment)
+        if why:
+            return 403, why, {}
+        if size is not None and size > self.roster.max_bytes:
+            return 413, f"the notebook is {size} bytes, more than the {self.roster.max_bytes} a check takes", {}
+        wait = self.rate.retry_after(learner)
+        if wait:
+            n, window = self.roster.rate
+            return 429, (f"at most {n} checks in {window / 60:g} minutes: try again in {wait / 60:.0f} minutes"
+                         if wait >= 60 else f"at most {n} checks in {window / 60:g} minutes: try again in "
+                         f"{wait:.0f} s"), {"Retry-After": str(max(1, round(wait)))}
+        return None
+
+    async def check(self, learner: str, assignment: str, body: bytes, want_html: bool) -> tuple[int, dict]:
+        self.rate.take(learner)
+        queued = time.monotonic()
+        await self.queue.turn(learner)
+        started = time.monotonic()
+        try:
+            answer = await asyncio.get_running_loop().run_in_executor(
+                self.pool, self.checker.check, assignment, learner, body, want_html)
+            status, outcome = 200, f"{answer['total']:g}/{answer['points']:g}"
+        except NotANotebook as e:             # counted: what a learner sends is theirs
+            status, answer, outcome = 400, {"error": str(e)}, "not a notebook"
+        except Refused as e:
+            if e.grader:
+                self.rate.give_back(learner)
+            status, answer, outcome = (503 if e.grader else 422), {"error": str(e)}, str(e)[:60]
+        finally:
+            self.queue.done()
+        answer["seconds"] = {"queued": round(started - queued, 2), "graded": round(time.monotonic() - started, 2)}
+        self.record(learner, assignment, status, outcome, time.monotonic() - queued)
+        return status, answer
+
+    def record(self, learner: str, assignment: str, status: int, outcome: str, seconds: float):
+        new = not self.log_path.exists()
+        with open(self.log_path, "a", newline="") as f:
+            w = csv.writer(f)
+            if new:
+                w.writerow(["time", "learner", "assignment", "status", "outcome", "seconds"])
+            w.writerow([dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), learner, assignment, status,
+                        outcome, f"{seconds:.1f}"])
+
+    def summary(self) -> str:
+        """Per learner and assignment: how many checks were made, the first and the last."""
+        seen: dict[tuple[str, str], list[str]] = {}
+        if self.log_path.exists():
+            with open(self.log_path, newline="") as f:
+                for row in csv.DictReader(f):
+                    seen.setdefault((row["learner"], row["assignment"]), []).append(row["time"])
+        out = io.StringIO()
+        w = csv.writer(out)
+        w.writerow(["learner", "assignment", "checks", "first", "last"])
+        for (learner, asg), times in sorted(seen.items()):
+            w.writerow([learner, asg, len(times), times[0], times[-1]])
+        return out.getvalue()
+
+
+def text_of(answer: dict) -> str:
+    """The answer as the learner reads it in the notebook: the score, the notes, each graded cell's verdict."""
+    if "error" in answer:
+        return f"Check failed: {answer['error']}"
+    lines = [f"{answer['assignment']}: {answer['total']:g} / {answer['points']:g} points (a check: no grade changed)"]
+    lines += [n.replace("**", "") for n in answer.get("notes", [])]
+    lines += [c["text"] for c in answer["cells"]]
+    return "\n".join(lines)
+
+
+class Base(tornado.web.RequestHandler):
+    service: Service
+
+    def initialize(self, service: Service):
+        self.service = service
+
+    def set_default_headers(self):
+        self.set_header("Content-Security-Policy", CSP)
+        self.set_header("X-Content-Type-Options", "nosniff")
+        self.set_header("Cache-Control", "no-store")
+
+    def refuse(self, status: int, why: str, headers: dict):
+        for k, v in headers.items():
+            self.set_header(k, v)
+        self.set_status(status)
+        self.finish({"error": why})
+
+
+@tornado.web.stream_request_body
+class CheckHandler(Base):
+    """POST /check/<assignment>: refused from its headers alone when it must be; the body read up to the cap."""
+
+    def prepare(self):
+        self.body_parts: list[bytes] = []
+        self.size = 0
+        auth = self.request.headers.get("Authorization", "")
+        self.token = auth[len("Bearer "):].strip() if auth.startswith("Bearer ") else None
+        length = self.request.headers.get("Content-Length")
+        refused = self.service.refusal(self.token, self.path_kwargs["assignment"],
+                                       int(length) if length and length.isdigit() else None)
+        if refused:
+            self.refuse(*refused)
+
+    def data_received(self, chunk: bytes):
+        self.size += len(chunk)
+        if self.size > self.service.roster.max_bytes:
+            if not self._finished:
+                self.refuse(413, f"the notebook is more than the {self.service.roster.max_bytes} bytes a check "
+                                 "takes", {})
+            return
+        self.body_parts.append(chunk)
+
+    async def post(self, assignment: str):
+        if self._finished:
+            return
+        learner = self.service.roster.learner(self.token or "")
+        assert learner is not None                       # prepare() refused any other
+        status, answer = await self.service.check(learner, assignment, b"".join(self.body_parts),
+                                                  self.get_argument("html", "") == "1")
+        self.set_status(status)
+        answer["text"] = text_of(answer)
+        self.finish(answer)
+
+
+class UploadPage(Base):
+    def get(self):
+        options = "".join(f'<option value="{html.escape(a)}">{html.escape(a)}</option>'
+                          for a in sorted(self.service.roster.assignments))
+        self.finish(PAGE.format(title="Check my work", body=FORM.format(options=options)))
+
+    async def post(self):
+        files = self.request.files.get("notebook") or [{}]
+        assignment, token = self.get_body_argument("assignment", ""), self.get_body_argument("token", "")
+        body = files[0].get("body", b"")
+        refused = self.service.refusal(token, assignment, len(body))
+        if refused:
+            status, text = refused[0], f"Check refused: {refused[1]}"
+            for k, v in refused[2].items():
+                self.set_header(k, v)
+        else:
+            learner = self.service.roster.learner(token)
+            assert learner is not None
+            status, answer = await self.service.check(learner, assignment, body, False)
+            text = text_of(answer)
+        self.set_status(status)
+        self.finish(PAGE.format(title="Check my work", body=f'<pre id="answer">{html.escape(text)}</pre>'
+                                                             '<p><a href="/">Check again</a></p>'))
+
+
+class Instructor(Base):
+    def get(self):
+        auth = self.request.headers.get("Authorization", "")
+        if not self.service.roster.is_instructor(auth[len("Bearer "):].strip() if auth.startswith("Bearer ") else ""):
+            return self.refuse(403, "the instructor's token is needed", {})
+        self.set_header("Content-Type", "text/csv; charset=utf-8")
+        self.finish(self.service.summary())
+
+
+def app(service: Service) -> tornado.web.Application:
+    kw = {"service": service}
+    return tornado.web.Application([
+        (r"/check/(?P<assignment>[A-Za-z0-9_]+)", CheckHandler, kw),
+        (r"/upload", UploadPage, kw),
+        (r"/instructor/checks\.csv", Instructor, kw),
+        (r"/", UploadPage, kw),
+    ], max_body_size=64 * 1024 * 1024)
+
+
+def serve(roster_path: Path, state: Path, host: str = "127.0.0.1", port: int = 8765):
+    """Run the service until interrupted (every assignment of the roster prepared first)."""
+    import tornado.ioloop
+
+    service = Service(Roster.load(roster_path), state)
+    app(service).listen(port, host, max_buffer_size=service.roster.max_bytes + 1024 * 1024)
+    print(f"checking {', '.join(sorted(service.roster.assignments))} at http://{host}:{port}/", flush=True)
+    tornado.ioloop.IOLoop.current().start()

@@ -1,0 +1,252 @@
+"""autograder/service/: "check my work" through the real HTTP service, the real nbgrader autograde and a real
+browser. A correct notebook gets full marks and the verdicts `nbgrader autograde` writes; a broken one its diagnosis;
+every refusal comes before any grading and says why; the rate limit and the fair queue hold under concurrent load;
+a check touches no gradebook; a grader fault is the grader's (503, not counted); the upload page runs no script."""
+import asyncio
+import concurrent.futures
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from helpers import CHROMIUM, CHROMIUM_ARGS, leaks, suite_lines
+
+from autograder.authoring import variants
+from autograder.classroom import grade
+from autograder.service.fair import FairQueue, RateLimit
+from autograder.service.grading import verdicts
+from autograder.service.roster import new_roster
+
+ASG = "positional_encoding"
+pytestmark = pytest.mark.xdist_group("service")
+SCRIPTED_ROPE = '''def rope(x, base=10000.0):
+    raise ValueError('<script>window.pwned = 1</script><img src="data:," onerror="window.pwned = 2">')
+'''
+
+
+class Server:
+    """`python -m autograder.service` on a free loopback port, with a roster written for the test."""
+
+    def __init__(self, tmp: Path, roster: dict, env: dict | None = None):
+        self.roster = roster
+        (tmp / "roster.json").write_text(json.dumps(roster))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.state = tmp / "state"
+        self.log = open(tmp / "server.log", "w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "autograder.service", "--roster", str(tmp / "roster.json"),
+                                      "--state", str(self.state), "--port", str(self.port)],
+                                     stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        deadline = time.time() + 180
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(self.url + "/", timeout=2)
+                return
+            except OSError:
+                assert self.proc.poll() is None, (tmp / "server.log").read_text()
+                time.sleep(0.5)
+        raise AssertionError("the service did not start: " + (tmp / "server.log").read_text())
+
+    def post(self, path: str, body: bytes, token: str | None, headers: dict | None = None) -> tuple[int, dict, Any]:
+        h = {**({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
+        req = urllib.request.Request(self.url + path, data=body, method="POST", headers=h)
+        try:
+            with urllib.request.urlopen(req, timeout=600) as r:
+                return r.status, json.load(r), r.headers
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}"), e.headers
+
+    def check(self, learner: str, nb, asg: str = ASG) -> tuple[int, dict]:
+        status, answer, _ = self.post(f"/check/{asg}", nbformat.writes(nb).encode(), self.roster["learners"][learner])
+        return status, answer
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.log.close()
+
+
+def _roster(**kw) -> dict:
+    r = new_roster(["ada", "ben", "cy", "dee", "eve"], [ASG, "attention"])
+    r["assignments"]["attention"]["open"] = False
+    r.update(kw)
+    return r
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("service")
+    s = Server(tmp, _roster(rate=[3, 3600], max_concurrent=1, max_bytes=400_000))
+    yield s
+    s.close()
+
+
+def test_a_check_gives_what_autograde_gives(service, tmp_path):
+    """A correct notebook: full marks and the very verdicts `nbgrader autograde` writes; a broken one: its
+    diagnosis; many checks of variants hold no line of the hidden suites."""
+    ok, answer = service.check("ada", variants.submission(ASG))
+    assert ok == 200 and answer["total"] == answer["points"] == 11, answer
+    d = tmp_path / "batch"
+    grade.prepare(d, [ASG])
+    grade.submit(d, "ada", ASG, variants.submission(ASG))
+    assert grade.autograde(d, ASG, capture_output=True).returncode == 0
+    batch = verdicts(d / "autograded" / "ada" / ASG / f"{ASG}.ipynb")
+    assert [c["text"] for c in answer["cells"]] == [c["text"] for c in batch["cells"]]
+    bug = {v.name: v for v in variants.load(ASG)}["sin_cos_swapped"]
+    status, wrong = service.check("ada", variants.submission(ASG, bug.cells))
+    assert status == 200 and wrong["total"] < 11
+    for cell, diagnosis in bug.fails.items():
+        assert diagnosis in next(c["text"] for c in wrong["cells"] if c["cell"] == cell), wrong
+    secrets = suite_lines()
+    assert not leaks(json.dumps([answer, wrong]), secrets)
+    assert "test_" not in json.dumps([answer, wrong])                   # no hidden test's name
+
+
+def test_refusals_come_before_any_grading(service):
+    nb = nbformat.writes(variants.submission(ASG)).encode()
+    started = service.state.joinpath("scratch")
+    before = len(list(started.iterdir()))
+    status, answer, headers = service.post(f"/check/{ASG}", nb, None)
+    assert status == 401 and "no check token" in answer["error"] and headers.get("WWW-Authenticate") == "Bearer"
+    status, answer, _ = service.post(f"/check/{ASG}", nb, "not-a-token")
+    assert status == 403 and "belongs to no learner" in answer["error"]
+    status, answer, _ = service.post("/check/attention", nb, service.roster["learners"]["ben"])
+    assert status == 403 and "switched checks of 'attention' off" in answer["error"]
+    status, answer, _ = service.post(f"/check/{ASG}", b"x" * 400_001, service.roster["learners"]["ben"])
+    assert status == 413 and "more than the 400000" in answer["error"]
+    status, answer, _ = service.post(f"/check/{ASG}", b"{not json", service.roster["learners"]["ben"])
+    assert status == 400 and "not a notebook" in answer["error"]
+    assert len(list(started.iterdir())) == before, "a refused request made a grading folder"
+
+
+def test_the_rate_limit_refuses_without_grading(service):
+    """cy's 3 checks an hour are spent (on uploads that are not notebooks: no grading); the 4th is refused with
+    when to retry, and another learner is not."""
+    token = service.roster["learners"]["cy"]
+    for _ in range(3):
+        assert service.post(f"/check/{ASG}", b"[]", token)[0] == 400
+    status, answer, headers = service.post(f"/check/{ASG}", b"[]", token)
+    assert status == 429 and "at most 3 checks in 60 minutes" in answer["error"], answer
+    assert 3000 < int(headers["Retry-After"]) <= 3600
+    assert service.post(f"/check/{ASG}", b"[]", service.roster["learners"]["dee"])[0] == 400
+
+
+def test_the_queue_is_fair_under_load(service):
+    """One grading at a time: dee sends two checks at once, then eve one; eve's is graded before dee's second."""
+    nb = variants.submission(ASG)
+    done = []
+
+    def check(learner):
+        status, answer = service.check(learner, nb)
+        done.append(learner)
+        return status
+
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        first = [pool.submit(check, "dee"), pool.submit(check, "dee")]
+        time.sleep(1.0)
+        last = pool.submit(check, "eve")
+        assert [f.result() for f in [*first, last]] == [200, 200, 200]
+    assert done.index("eve") < 2, done
+
+
+def test_checks_are_counted_for_the_instructor_and_change_no_gradebook(service, tmp_path):
+    req = urllib.request.Request(service.url + "/instructor/checks.csv",
+                                 headers={"Authorization": f"Bearer {service.roster['instructor']}"})
+    table = urllib.request.urlopen(req).read().decode()
+    assert table.startswith("learner,assignment,checks,first,last") and f"ada,{ASG}," in table, table
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(urllib.request.Request(service.url + "/instructor/checks.csv", headers={
+            "Authorization": f"Bearer {service.roster['learners']['ada']}"}))
+    assert e.value.code == 403
+    # Every file a check wrote is under the service's own state folder: no grading folder, no gradebook elsewhere.
+    assert not list((service.state / "scratch").iterdir()), "a check left its scratch grading behind"
+
+
+def test_a_grader_fault_is_the_grader_s_and_costs_the_learner_nothing(tmp_path):
+    s = Server(tmp_path, _roster(rate=[1, 3600]), env={"GRADER_THREADS": "0"})     # every worker fails to start
+    try:
+        for _ in range(2):                             # a limit of one check: the fault was not counted
+            status, answer = s.check("ada", variants.submission(ASG))
+            assert status == 503 and "failed on the grader's side" in answer["error"], answer
+    finally:
+        s.close()
+
+
+def test_the_upload_page_shows_a_learner_s_script_as_text(service, tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    nb = tmp_path / f"{ASG}.ipynb"
+    nbformat.write(variants.submission(ASG, {"rope": SCRIPTED_ROPE}), str(nb))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page()
+        violations = []
+        page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+        response = page.goto(service.url + "/")
+        assert "default-src 'none'" in response.headers["content-security-policy"]
+        page.select_option("select[name=assignment]", ASG)
+        page.set_input_files("input[name=notebook]", str(nb))
+        page.fill("input[name=token]", service.roster["learners"]["eve"])
+        page.click("button[type=submit]")
+        page.wait_for_selector("#answer", timeout=300_000)
+        text = page.inner_text("#answer")
+        assert "<script>window.pwned = 1</script>" in text and "rope_tests: 0.4 / 4" in text, text
+        assert page.evaluate("window.pwned") is None
+        browser.close()
+
+
+def test_check_in_the_learner_s_kernel_prints_the_feedback(service, tmp_path, monkeypatch):
+    """The released notebook's own check() cell, run in a real kernel beside the saved notebook, with the address
+    and token from the environment: it prints the scores and each graded cell's verdict."""
+    from nbclient import NotebookClient
+
+    from autograder.authoring.criteria import CHECK_CELL
+
+    released = nbformat.read(str(Path(__file__).parent.parent / "exercises" / ASG / f"{ASG}.ipynb"), as_version=4)
+    cell = next(c for c in released.cells if c.get("id") == CHECK_CELL)
+    nbformat.write(variants.submission(ASG), str(tmp_path / f"{ASG}.ipynb"))         # the learner's saved notebook
+    monkeypatch.setenv("COURSE_CHECK_URL", service.url)
+    monkeypatch.setenv("COURSE_CHECK_TOKEN", service.roster["learners"]["ben"])
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell.source), nbformat.v4.new_code_cell("check()")])
+    NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    printed = "".join(o.get("text", "") for o in nb.cells[1].outputs)
+    assert f"{ASG}: 11 / 11 points (a check: no grade changed)" in printed, printed
+    assert "rope_tests: 4 / 4 points" in printed, printed
+
+
+def test_the_fair_queue_and_the_rate_limit_by_their_rules():
+    """FairQueue: with one slot, a learner's burst is served in turn with the others'; RateLimit: a sliding window."""
+    async def run():
+        q, order = FairQueue(1), []
+
+        async def one(learner, i):
+            await q.turn(learner)
+            order.append(f"{learner}{i}")
+            await asyncio.sleep(0.01)
+            q.done()
+
+        tasks = [asyncio.create_task(one("a", i)) for i in range(4)]
+        await asyncio.sleep(0)
+        tasks += [asyncio.create_task(one("b", 0)), asyncio.create_task(one("c", 0))]
+        await asyncio.gather(*tasks)
+        return order
+
+    order = asyncio.run(run())
+    assert order == ["a0", "b0", "c0", "a1", "a2", "a3"], order
+    r = RateLimit(2, 10.0)
+    r.take("a", now=0.0)
+    r.take("a", now=1.0)
+    assert r.retry_after("a", now=2.0) == pytest.approx(8.0) and r.retry_after("b", now=2.0) == 0
+    assert r.retry_after("a", now=10.5) == 0
+    r.give_back("a")                                 # a check the grader failed is given back
+    assert list(r.seen["a"]) == []
