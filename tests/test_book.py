@@ -1,6 +1,7 @@
 """The book builds offline with warnings as errors, serves its own MathJax, and leaks no secret; its pages run the
 exercises' reference solutions and quote every trained result as mean ± sd over seeds."""
 import ast
+import html.parser
 import json
 import re
 import statistics
@@ -59,6 +60,65 @@ def test_site_offers_the_exercises_and_no_secret(site):
     for path in [*pages(site), *downloads, *site.rglob("*.txt"), *site.rglob("*.js")]:
         if "mathjax" not in str(path):
             assert not leaks(path.read_text(errors="replace"), secrets), path
+
+
+# --- what a reader sees --------------------------------------------------------------------------------------
+
+class _CellSources(html.parser.HTMLParser):
+    """The text of every code cell's source (div.cell_input) on a built page, hidden inputs included."""
+
+    def __init__(self):
+        super().__init__()
+        self.sources, self._depth, self._inside = [], 0, None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "div":
+            self._depth += 1
+            if self._inside is None and "cell_input" in (dict(attrs).get("class") or "").split():
+                self._inside = self._depth
+                self.sources.append("")
+
+    def handle_endtag(self, tag):
+        if tag == "div":
+            if self._inside == self._depth:
+                self._inside = None
+            self._depth -= 1
+
+    def handle_data(self, data):
+        if self._inside is not None:
+            self.sources[-1] += data
+
+
+def cell_sources(page_html):
+    parser = _CellSources()
+    parser.feed(page_html)
+    return parser.sources
+
+
+BOOKKEEPING = re.compile(r"^[ \t]*(?:glue|glue_stat|glue_text|check)\(.*$", re.M)
+# residual.md is finished and owned elsewhere; its glue and check calls are still in visible cells.
+SHOWS_BOOKKEEPING = {"residual"}
+
+
+def _chapters():
+    for page in sorted((ROOT / "book").glob("*.md")):
+        known = page.stem in SHOWS_BOOKKEEPING
+        yield pytest.param(page.stem, marks=[pytest.mark.xfail(strict=True, reason=f"{page.name} shows its glue "
+                                                               "and check calls")] if known else [])
+
+
+@pytest.mark.parametrize("chapter", list(_chapters()))
+def test_no_glue_or_check_call_is_shown(site, chapter):
+    """glue(), glue_stat() and check() put numbers into the prose and stop the build when the prose is wrong: they
+    live in cells tagged remove-cell, so that no reader sees them (a hide-input cell still shows them)."""
+    sample = '<div class="cell_input docutils container"><div class="highlight"><pre>x = 1\n' \
+             '<span class="n">glue</span><span class="p">(</span>"x", x)</pre></div></div>'
+    assert BOOKKEEPING.findall(cell_sources(sample)[0]) == ['glue("x", x)'], "the parser must find a glue call"
+    page = site / "book" / f"{chapter}.html"
+    sources = cell_sources(page.read_text())
+    shown = [line.strip() for source in sources for line in BOOKKEEPING.findall(source)]
+    assert not shown, f"{chapter}.html shows {len(shown)} bookkeeping lines, the first: {shown[:3]}; " \
+        "move them into a cell below, tagged remove-cell"
 
 
 # --- the pages' experiments: one source for the exercises' code, every trained number over seeds ---------------

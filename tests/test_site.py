@@ -56,6 +56,16 @@ INSPECT = r"""() => {
     };
 }"""
 
+# Run after the screenshot: it opens every toggle, so that the code of hide-input cells is measured too.
+OVERFLOW = r"""() => {
+    document.querySelectorAll("details").forEach(d => { d.open = true; });
+    const code = [...document.querySelectorAll("div.highlight pre, div.cell_output pre")];
+    const math = [...document.querySelectorAll("div.math, mjx-container[display='true']")];
+    const wide = e => e.scrollWidth > e.clientWidth + 1;
+    const say = e => `${e.matches("pre") ? "code" : "math"} ${e.scrollWidth} px in ${e.clientWidth} px: `
+                     + e.textContent.trim().replace(/\s+/g, " ").slice(0, 70);
+    return {code: code.length, math: math.length, overflowing: [...code, ...math].filter(wide).map(say)};
+}"""
 
 # --- the site, the server and the browser ----------------------------------------------------------
 
@@ -141,6 +151,7 @@ def visit(context, server):
             SHOTS.mkdir(parents=True, exist_ok=True)
             shot = SHOTS / f"{Path(name).name}.png"
             page.screenshot(path=shot, full_page=True)
+            seen["overflow"] = page.evaluate(OVERFLOW)
             _visits[name] = dict(seen, status=response.status if response else None, url=page.url,
                                  errors=watch.errors, external=watch.external, failed=watch.failed,
                                  shot=shot)
@@ -275,6 +286,17 @@ def test_exercise_downloads_are_the_notebooks(visit, context, server, name):
         assert same, f"{name}: no download link for {path}"
         assert json.loads(context.request.get(same[0]).body()) == release, \
             f"{same[0]} is not the current {path}"
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_no_code_or_math_is_wider_than_the_page(visit, name):
+    """At 1280 px, every code block, printed output and displayed formula fits the column: none scrolls sideways
+    (or is cut off), so every line can be read at once."""
+    v = visit(name)
+    found = v["overflow"]
+    if name != "book/references":
+        assert found["code"] + found["math"] > 0, f"{name}: no code block or formula was measured"
+    assert not found["overflowing"], f"{name}: wider than the page:\n" + "\n".join(found["overflowing"])
 
 
 @pytest.mark.parametrize("name", PAGES)
