@@ -90,13 +90,15 @@ test: lint $(CHROMIUM) postgres graphviz $(VIZ_JS)
 
 # Measurements, not pass/fail: speed against torch's own layers, memory, the speed check's calibration,
 # where one notebook's grading time goes, trusted grading against plain nbgrader on the same notebooks,
-# gradebook locking under concurrent writers, a class of 30 learners x every assignment on Dask.
+# gradebook locking under concurrent writers, a class of 30 learners x every assignment on Dask, and the check
+# service through its HTTP endpoint (one learner alone, eight at once, requests over the rate limit).
 bench: install
 	$(PY) bench/speed.py
 	$(PY) bench/profile.py
 	$(PY) bench/plain_nbgrader.py --rounds 2 --learners 3
 	$(PY) bench/gradebook_locks.py --procs 8 16 32 --learners 2
 	$(PY) bench/class_grading.py $(ASSIGNMENTS)
+	$(PY) bench/check_service.py $(ASSIGNMENTS)
 
 # On a machine with an NVIDIA GPU and no network: the course in a virtual environment on that machine's CUDA build
 # of torch, the GPU tests, the speed rule's calibration, GPU memory and a class graded on the GPU, results in

@@ -5,15 +5,10 @@ a check touches no gradebook; a grader fault is the grader's (503, not counted);
 import asyncio
 import concurrent.futures
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import nbformat
 import pytest
@@ -23,6 +18,7 @@ from autograder.authoring import variants
 from autograder.classroom import grade
 from autograder.service.fair import FairQueue, RateLimit
 from autograder.service.grading import verdicts
+from autograder.service.local import LocalService
 from autograder.service.roster import new_roster
 
 ASG = "positional_encoding"
@@ -30,50 +26,6 @@ pytestmark = pytest.mark.xdist_group("service")
 SCRIPTED_ROPE = '''def rope(x, base=10000.0):
     raise ValueError('<script>window.pwned = 1</script><img src="data:," onerror="window.pwned = 2">')
 '''
-
-
-class Server:
-    """`python -m autograder.service` on a free loopback port, with a roster written for the test."""
-
-    def __init__(self, tmp: Path, roster: dict, env: dict | None = None):
-        self.roster = roster
-        (tmp / "roster.json").write_text(json.dumps(roster))
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.state = tmp / "state"
-        self.log = open(tmp / "server.log", "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "autograder.service", "--roster", str(tmp / "roster.json"),
-                                      "--state", str(self.state), "--port", str(self.port)],
-                                     stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            try:
-                urllib.request.urlopen(self.url + "/", timeout=2)
-                return
-            except OSError:
-                assert self.proc.poll() is None, (tmp / "server.log").read_text()
-                time.sleep(0.5)
-        raise AssertionError("the service did not start: " + (tmp / "server.log").read_text())
-
-    def post(self, path: str, body: bytes, token: str | None, headers: dict | None = None) -> tuple[int, dict, Any]:
-        h = {**({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
-        req = urllib.request.Request(self.url + path, data=body, method="POST", headers=h)
-        try:
-            with urllib.request.urlopen(req, timeout=600) as r:
-                return r.status, json.load(r), r.headers
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"{}"), e.headers
-
-    def check(self, learner: str, nb, asg: str = ASG) -> tuple[int, dict]:
-        status, answer, _ = self.post(f"/check/{asg}", nbformat.writes(nb).encode(), self.roster["learners"][learner])
-        return status, answer
-
-    def close(self):
-        self.proc.terminate()
-        self.proc.wait(10)
-        self.log.close()
 
 
 def _roster(**kw) -> dict:
@@ -86,7 +38,7 @@ def _roster(**kw) -> dict:
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("service")
-    s = Server(tmp, _roster(rate=[3, 3600], max_concurrent=1, max_bytes=400_000))
+    s = LocalService(tmp, _roster(rate=[3, 3600], max_concurrent=1, max_bytes=400_000))
     yield s
     s.close()
 
@@ -94,7 +46,7 @@ def service(tmp_path_factory):
 def test_a_check_gives_what_autograde_gives(service, tmp_path):
     """A correct notebook: full marks and the very verdicts `nbgrader autograde` writes; a broken one: its
     diagnosis; many checks of variants hold no line of the hidden suites."""
-    ok, answer = service.check("ada", variants.submission(ASG))
+    ok, answer = service.check("ada", variants.submission(ASG), ASG)
     assert ok == 200 and answer["total"] == answer["points"] == 11, answer
     d = tmp_path / "batch"
     grade.prepare(d, [ASG])
@@ -103,7 +55,7 @@ def test_a_check_gives_what_autograde_gives(service, tmp_path):
     batch = verdicts(d / "autograded" / "ada" / ASG / f"{ASG}.ipynb")
     assert [c["text"] for c in answer["cells"]] == [c["text"] for c in batch["cells"]]
     bug = {v.name: v for v in variants.load(ASG)}["sin_cos_swapped"]
-    status, wrong = service.check("ada", variants.submission(ASG, bug.cells))
+    status, wrong = service.check("ada", variants.submission(ASG, bug.cells), ASG)
     assert status == 200 and wrong["total"] < 11
     for cell, diagnosis in bug.fails.items():
         assert diagnosis in next(c["text"] for c in wrong["cells"] if c["cell"] == cell), wrong
@@ -147,7 +99,7 @@ def test_the_queue_is_fair_under_load(service):
     done = []
 
     def check(learner):
-        status, answer = service.check(learner, nb)
+        status, answer = service.check(learner, nb, ASG)
         done.append(learner)
         return status
 
@@ -173,10 +125,10 @@ def test_checks_are_counted_for_the_instructor_and_change_no_gradebook(service, 
 
 
 def test_a_grader_fault_is_the_grader_s_and_costs_the_learner_nothing(tmp_path):
-    s = Server(tmp_path, _roster(rate=[1, 3600]), env={"GRADER_THREADS": "0"})     # every worker fails to start
+    s = LocalService(tmp_path, _roster(rate=[1, 3600]), env={"GRADER_THREADS": "0"})     # every worker fails to start
     try:
         for _ in range(2):                             # a limit of one check: the fault was not counted
-            status, answer = s.check("ada", variants.submission(ASG))
+            status, answer = s.check("ada", variants.submission(ASG), ASG)
             assert status == 503 and "failed on the grader's side" in answer["error"], answer
     finally:
         s.close()
