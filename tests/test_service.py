@@ -134,6 +134,27 @@ def test_a_grader_fault_is_the_grader_s_and_costs_the_learner_nothing(tmp_path):
         s.close()
 
 
+def test_with_a_dask_scheduler_checks_run_on_its_workers(tmp_path):
+    """`--scheduler`: the grading runs on a Dask worker (a separate process of the cluster), and its log says which."""
+    import csv
+    import logging
+
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.ERROR, memory_limit=0) as cluster:
+        s = LocalService(tmp_path, _roster(), args=("--scheduler", cluster.scheduler_address))
+        try:
+            status, answer = s.check("ada", variants.submission(ASG), ASG)
+            assert status == 200 and answer["total"] == 11, answer
+            workers = set(cluster.scheduler_info["workers"])
+        finally:
+            s.close()
+    with open(s.state / "checks.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["graded by"] for r in rows] == [next(iter(workers))], (rows, workers)
+
+
 def test_the_upload_page_shows_a_learner_s_script_as_text(service, tmp_path):
     from playwright.sync_api import sync_playwright
 

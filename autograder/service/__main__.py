@@ -1,4 +1,4 @@
-"""python -m autograder.service [--roster roster.json] [--state DIR] [--host H] [--port P]
+"""python -m autograder.service [--roster roster.json] [--state DIR] [--host H] [--port P] [--scheduler ADDRESS]
 python -m autograder.service tokens --learners ada ben --assignments attention > roster.json"""
 from __future__ import annotations
 
@@ -26,8 +26,10 @@ def main(argv: list[str] | None = None):
     p.add_argument("--state", type=Path, default=Path("_build/checks"), help="scratch gradings and the check log")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--scheduler", help="a Dask scheduler's address: gradings run on its workers, which must share "
+                                       "the state folder")
     a = p.parse_args(argv)
-    serve(a.roster, a.state, a.host, a.port)
+    serve(a.roster, a.state, a.host, a.port, a.scheduler)
 
 
 if __name__ == "__main__":

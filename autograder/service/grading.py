@@ -19,11 +19,24 @@ class NotANotebook(ValueError):
 
 
 class Refused(RuntimeError):
-    """The grading could not be done: `grader` says whose fault it is."""
+    """The grading could not be done: `grader` says whose fault it is (it crosses a Dask worker's pickling)."""
 
     def __init__(self, message: str, grader: bool):
-        super().__init__(message)
+        super().__init__(message, grader)
         self.grader = grader
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def on_worker(state: str, assignment: str, learner: str, body: bytes, html: bool) -> dict:
+    """A check as a Dask task: run where the worker is (its Python the course's), in the service's state folder
+    (shared with the worker); the answer says which worker graded it, for the service's log."""
+    from distributed import get_worker
+
+    answer = Checker(Path(state), []).check(assignment, learner, body, html)
+    answer["graded_by"] = get_worker().address
+    return answer
 
 
 class Checker:

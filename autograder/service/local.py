@@ -20,7 +20,7 @@ class LocalService:
     """`python -m autograder.service` on a free loopback port with the given roster (the tests and `make bench`
     run it so), and a client for it."""
 
-    def __init__(self, tmp: Path, roster: dict, env: dict | None = None):
+    def __init__(self, tmp: Path, roster: dict, env: dict | None = None, args: tuple = ()):
         self.roster = roster
         tmp.mkdir(parents=True, exist_ok=True)
         (tmp / "roster.json").write_text(json.dumps(roster))
@@ -31,7 +31,7 @@ class LocalService:
         self.state = tmp / "state"
         self.log = open(tmp / "server.log", "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "autograder.service", "--roster", str(tmp / "roster.json"),
-                                      "--state", str(self.state), "--port", str(self.port)],
+                                      "--state", str(self.state), "--port", str(self.port), *args],
                                      stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
         deadline = time.time() + 180
         while time.time() < deadline:

@@ -22,7 +22,7 @@ from pathlib import Path
 import tornado.web
 
 from autograder.service.fair import FairQueue, RateLimit
-from autograder.service.grading import Checker, NotANotebook, Refused
+from autograder.service.grading import Checker, NotANotebook, Refused, on_worker
 from autograder.service.roster import Roster
 
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
@@ -43,10 +43,16 @@ Checks do not count as a submission and change no grade.</p>
 class Service:
     """What the handlers share: the roster, the rate limit, the fair queue, the graders' threads, the check log."""
 
-    def __init__(self, roster: Roster, state: Path, checker: Checker | None = None):
+    def __init__(self, roster: Roster, state: Path, scheduler: str | None = None):
         self.roster, self.state = roster, Path(state)
         self.state.mkdir(parents=True, exist_ok=True)
-        self.checker = checker or Checker(self.state, sorted(roster.assignments))
+        self.checker = Checker(self.state, sorted(roster.assignments))
+        # With a Dask scheduler the gradings run on its workers (the state folder must be shared with them).
+        self.client = None
+        if scheduler:
+            from distributed import Client
+
+            self.client = Client(scheduler, timeout="60s")
         self.rate = RateLimit(*roster.rate)
         self.queue = FairQueue(roster.max_concurrent)
         self.pool = ThreadPoolExecutor(max_workers=roster.max_concurrent)
@@ -79,7 +85,7 @@ class Service:
         started = time.monotonic()
         try:
             answer = await asyncio.get_running_loop().run_in_executor(
-                self.pool, self.checker.check, assignment, learner, body, want_html)
+                self.pool, self.grade, assignment, learner, body, want_html)
             status, outcome = 200, f"{answer['total']:g}/{answer['points']:g}"
         except NotANotebook as e:             # counted: what a learner sends is theirs
             status, answer, outcome = 400, {"error": str(e)}, "not a notebook"
@@ -90,17 +96,25 @@ class Service:
         finally:
             self.queue.done()
         answer["seconds"] = {"queued": round(started - queued, 2), "graded": round(time.monotonic() - started, 2)}
-        self.record(learner, assignment, status, outcome, time.monotonic() - queued)
+        self.record(learner, assignment, status, outcome, time.monotonic() - queued,
+                    answer.pop("graded_by", "here"))
         return status, answer
 
-    def record(self, learner: str, assignment: str, status: int, outcome: str, seconds: float):
+    def grade(self, assignment: str, learner: str, body: bytes, want_html: bool) -> dict:
+        """One check, graded here or, with a scheduler, on a Dask worker (blocks: run in the graders' threads)."""
+        if self.client is None:
+            return self.checker.check(assignment, learner, body, want_html)
+        return self.client.submit(on_worker, str(self.state.resolve()), assignment, learner, body, want_html,
+                                  pure=False).result()
+
+    def record(self, learner: str, assignment: str, status: int, outcome: str, seconds: float, where: str):
         new = not self.log_path.exists()
         with open(self.log_path, "a", newline="") as f:
             w = csv.writer(f)
             if new:
-                w.writerow(["time", "learner", "assignment", "status", "outcome", "seconds"])
+                w.writerow(["time", "learner", "assignment", "status", "outcome", "seconds", "graded by"])
             w.writerow([dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), learner, assignment, status,
-                        outcome, f"{seconds:.1f}"])
+                        outcome, f"{seconds:.1f}", where])
 
     def summary(self) -> str:
         """Per learner and assignment: how many checks were made, the first and the last."""
@@ -225,11 +239,11 @@ def app(service: Service) -> tornado.web.Application:
     ], max_body_size=64 * 1024 * 1024)
 
 
-def serve(roster_path: Path, state: Path, host: str = "127.0.0.1", port: int = 8765):
+def serve(roster_path: Path, state: Path, host: str = "127.0.0.1", port: int = 8765, scheduler: str | None = None):
     """Run the service until interrupted (every assignment of the roster prepared first)."""
     import tornado.ioloop
 
-    service = Service(Roster.load(roster_path), state)
+    service = Service(Roster.load(roster_path), state, scheduler)
     app(service).listen(port, host, max_buffer_size=service.roster.max_bytes + 1024 * 1024)
     print(f"checking {', '.join(sorted(service.roster.assignments))} at http://{host}:{port}/", flush=True)
     tornado.ioloop.IOLoop.current().start()
