@@ -41,9 +41,6 @@ class FairQueue:
         self.waiting: dict[str, collections.deque] = {}
         self.last_start: dict[str, float] = {}
 
-    def waiting_for(self, learner: str) -> int:
-        return len(self.waiting.get(learner, ()))
-
     async def turn(self, learner: str):
         """Wait for this check's turn; the caller must call `done()` when its grading ends."""
         ready = asyncio.get_running_loop().create_future()
