@@ -127,9 +127,12 @@ def test_checks_are_counted_for_the_instructor_and_change_no_gradebook(service, 
 def test_a_grader_fault_is_the_grader_s_and_costs_the_learner_nothing(tmp_path):
     s = LocalService(tmp_path, _roster(rate=[1, 3600]), env={"GRADER_THREADS": "0"})     # every worker fails to start
     try:
-        for _ in range(2):                             # a limit of one check: the fault was not counted
-            status, answer = s.check("ada", variants.submission(ASG), ASG)
-            assert status == 503 and "failed on the grader's side" in answer["error"], answer
+        status, answer = s.check("ada", variants.submission(ASG), ASG)
+        assert status == 503 and "failed on the grader's side" in answer["error"], answer
+        # A limit of one check an hour: the fault was not counted, so the next request is still taken (an upload
+        # that is not a notebook, answered without grading), and the one after it is over the limit.
+        assert s.post(f"/check/{ASG}", b"[]", s.roster["learners"]["ada"])[0] == 400
+        assert s.post(f"/check/{ASG}", b"[]", s.roster["learners"]["ada"])[0] == 429
     finally:
         s.close()
 
