@@ -29,7 +29,7 @@ SCRIPTED_ROPE = '''def rope(x, base=10000.0):
 
 
 def _roster(**kw) -> dict:
-    r = new_roster(["ada", "ben", "cy", "dee", "eve"], [ASG, "attention"])
+    r = new_roster(["ada", "ben", "cy", "dee", "eve", "fay"], [ASG, "attention"])
     r["assignments"]["attention"]["open"] = False
     r.update(kw)
     return r
@@ -62,6 +62,24 @@ def test_a_check_gives_what_autograde_gives(service, tmp_path):
     secrets = suite_lines()
     assert not leaks(json.dumps([answer, wrong]), secrets)
     assert "test_" not in json.dumps([answer, wrong])                   # no hidden test's name
+
+
+def test_checking_again_reveals_nothing_new(service):
+    """Three checks of one broken notebook (each grading draws its own inputs): the answers say the same thing but for
+    numbers, and hold nothing but the scores and the verdicts (no input, no seed, no test's name)."""
+    import re
+
+    bug = {v.name: v for v in variants.load(ASG)}["halves_concatenated"]
+    answers = [service.check("fay", variants.submission(ASG, bug.cells), ASG)[1] for _ in range(3)]
+    for a in answers:
+        assert set(a) == {"assignment", "total", "points", "cells", "notes", "seconds", "text"}, set(a)
+        assert all(set(c) == {"cell", "text", "score", "points"} for c in a["cells"]), a["cells"]
+        assert "seed" not in a["text"] and "test_" not in a["text"], a["text"]
+
+    def said(a):
+        return re.sub(r"-?\d+(\.\d+)?(e[-+]?\d+)?", "#", a["text"].split("\n", 1)[1])
+
+    assert said(answers[0]) == said(answers[1]) == said(answers[2])
 
 
 def test_refusals_come_before_any_grading(service):
