@@ -49,7 +49,7 @@ def learner_record(grading_dir: Path, assignment: str, learner: str) -> dict:
 
 
 NOT_ANSWERED = "not implemented yet"
-_NUMBER = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?")
+NUMBER = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?")
 
 
 def misconception(diagnoses: list[str]) -> tuple[str, ...]:
@@ -58,7 +58,7 @@ def misconception(diagnoses: list[str]) -> tuple[str, ...]:
     unanswered cell is unanswered, whatever else its tests said."""
     if any(NOT_ANSWERED in d for d in diagnoses):
         return (next(d for d in diagnoses if NOT_ANSWERED in d),)
-    return tuple(sorted({_NUMBER.sub("#", d) for d in diagnoses}))
+    return tuple(sorted({NUMBER.sub("#", d) for d in diagnoses}))
 
 
 def class_diagnoses(grading_dir: Path, rows: list[grade.CellScore],

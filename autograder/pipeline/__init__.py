@@ -43,7 +43,7 @@ def configure(c):
     # A graded cell's score is the trusted verdict; nothing the learner prints may change it.
     c.LimitOutput.max_lines = 2000
     c.LimitOutput.max_traceback = 100
-    # Feedback: nbgrader's template with our head (a Content-Security-Policy, MathJax from the grading folder,
+    # Feedback: nbgrader's template with our head (a Content-Security-Policy, MathJax written into the page,
     # no CDN), for the feedback only: formgrader's own pages keep nbgrader's.
     import nbgrader
 

@@ -40,6 +40,14 @@ Checks do not count as a submission and change no grade.</p>
 <button type="submit">Check my work</button></form>"""
 
 
+class Refusal(Exception):
+    """A request refused before any grading: its HTTP status, why, and the headers that go with it."""
+
+    def __init__(self, status: int, why: str, headers: dict | None = None):
+        super().__init__(why)
+        self.status, self.why, self.headers = status, why, headers or {}
+
+
 class Service:
     """What the handlers share: the roster, the rate limit, the fair queue, the graders' threads, the check log."""
 
@@ -58,25 +66,26 @@ class Service:
         self.pool = ThreadPoolExecutor(max_workers=roster.max_concurrent)
         self.log_path = self.state / "checks.csv"
 
-    def refusal(self, token: str | None, assignment: str, size: int | None) -> tuple[int, str, dict] | None:
-        """(status, why, headers) when this request is refused before any grading, else None."""
+    def admit(self, token: str | None, assignment: str, size: int | None) -> str:
+        """The learner whose check this request is, or Refusal: why it is refused before any grading."""
         if not token:
-            return 401, "no check token: send it as `Authorization: Bearer <token>`", {"WWW-Authenticate": "Bearer"}
+            raise Refusal(401, "no check token: send it as `Authorization: Bearer <token>`",
+                          {"WWW-Authenticate": "Bearer"})
         learner = self.roster.learner(token)
         if learner is None:
-            return 403, "this check token belongs to no learner of the course", {}
+            raise Refusal(403, "this check token belongs to no learner of the course")
         why = self.roster.closed(assignment)
         if why:
-            return 403, why, {}
+            raise Refusal(403, why)
         if size is not None and size > self.roster.max_bytes:
-            return 413, f"the notebook is {size} bytes, more than the {self.roster.max_bytes} a check takes", {}
+            raise Refusal(413, f"the notebook is {size} bytes, more than the {self.roster.max_bytes} a check takes")
         wait = self.rate.retry_after(learner)
         if wait:
             n, window = self.roster.rate
-            return 429, (f"at most {n} checks in {window / 60:g} minutes: try again in {wait / 60:.0f} minutes"
-                         if wait >= 60 else f"at most {n} checks in {window / 60:g} minutes: try again in "
-                         f"{wait:.0f} s"), {"Retry-After": str(max(1, round(wait)))}
-        return None
+            when = f"{wait / 60:.0f} minutes" if wait >= 60 else f"{wait:.0f} s"
+            raise Refusal(429, f"at most {n} checks in {window / 60:g} minutes: try again in {when}",
+                          {"Retry-After": str(max(1, round(wait)))})
+        return learner
 
     async def check(self, learner: str, assignment: str, body: bytes, want_html: bool) -> tuple[int, dict]:
         self.rate.take(learner)
@@ -152,11 +161,15 @@ class Base(tornado.web.RequestHandler):
         self.set_header("X-Content-Type-Options", "nosniff")
         self.set_header("Cache-Control", "no-store")
 
-    def refuse(self, status: int, why: str, headers: dict):
-        for k, v in headers.items():
+    def bearer(self) -> str | None:
+        auth = self.request.headers.get("Authorization", "")
+        return auth[len("Bearer "):].strip() if auth.startswith("Bearer ") else None
+
+    def refuse(self, r: Refusal):
+        for k, v in r.headers.items():
             self.set_header(k, v)
-        self.set_status(status)
-        self.finish({"error": why})
+        self.set_status(r.status)
+        self.finish({"error": r.why})
 
 
 @tornado.web.stream_request_body
@@ -166,29 +179,26 @@ class CheckHandler(Base):
     def prepare(self):
         self.body_parts: list[bytes] = []
         self.size = 0
-        auth = self.request.headers.get("Authorization", "")
-        self.token = auth[len("Bearer "):].strip() if auth.startswith("Bearer ") else None
         length = self.request.headers.get("Content-Length")
-        refused = self.service.refusal(self.token, self.path_kwargs["assignment"],
-                                       int(length) if length and length.isdigit() else None)
-        if refused:
-            self.refuse(*refused)
+        try:
+            self.learner = self.service.admit(self.bearer(), self.path_kwargs["assignment"],
+                                              int(length) if length and length.isdigit() else None)
+        except Refusal as r:
+            self.refuse(r)
 
     def data_received(self, chunk: bytes):
         self.size += len(chunk)
         if self.size > self.service.roster.max_bytes:
             if not self._finished:
-                self.refuse(413, f"the notebook is more than the {self.service.roster.max_bytes} bytes a check "
-                                 "takes", {})
+                self.refuse(Refusal(413, f"the notebook is more than the {self.service.roster.max_bytes} bytes a "
+                                         "check takes"))
             return
         self.body_parts.append(chunk)
 
     async def post(self, assignment: str):
         if self._finished:
             return
-        learner = self.service.roster.learner(self.token or "")
-        assert learner is not None                       # prepare() refused any other
-        status, answer = await self.service.check(learner, assignment, b"".join(self.body_parts),
+        status, answer = await self.service.check(self.learner, assignment, b"".join(self.body_parts),
                                                   self.get_argument("html", "") == "1")
         self.set_status(status)
         answer["text"] = text_of(answer)
@@ -205,14 +215,13 @@ class UploadPage(Base):
         files = self.request.files.get("notebook") or [{}]
         assignment, token = self.get_body_argument("assignment", ""), self.get_body_argument("token", "")
         body = files[0].get("body", b"")
-        refused = self.service.refusal(token, assignment, len(body))
-        if refused:
-            status, text = refused[0], f"Check refused: {refused[1]}"
-            for k, v in refused[2].items():
+        try:
+            learner = self.service.admit(token, assignment, len(body))
+        except Refusal as r:
+            status, text = r.status, f"Check refused: {r.why}"
+            for k, v in r.headers.items():
                 self.set_header(k, v)
         else:
-            learner = self.service.roster.learner(token)
-            assert learner is not None
             status, answer = await self.service.check(learner, assignment, body, False)
             text = text_of(answer)
         self.set_status(status)
@@ -222,9 +231,8 @@ class UploadPage(Base):
 
 class Instructor(Base):
     def get(self):
-        auth = self.request.headers.get("Authorization", "")
-        if not self.service.roster.is_instructor(auth[len("Bearer "):].strip() if auth.startswith("Bearer ") else ""):
-            return self.refuse(403, "the instructor's token is needed", {})
+        if not self.service.roster.is_instructor(self.bearer() or ""):
+            return self.refuse(Refusal(403, "the instructor's token is needed"))
         self.set_header("Content-Type", "text/csv; charset=utf-8")
         self.finish(self.service.summary())
 
