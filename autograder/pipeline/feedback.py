@@ -98,12 +98,12 @@ class FeedbackGrades(GetGrades):
         cell.metadata.nbgrader["comment"] = "\n\n".join(parts) or None
 
     def _get_score(self, cell, resources):
-        """nbgrader's, and a graded cell's output written at autograde time made to agree with a score the
-        instructor gave since (its first line and its value)."""
-        super()._get_score(cell, resources)
+        """nbgrader's (the score and points into the cell's metadata), and a graded cell's output written at
+        autograde time made to agree with a score the instructor gave since (its first line and its value)."""
         gid = cell.metadata["nbgrader"]["grade_id"]
-        graded = self._grade(gid)
-        if graded is None or graded.manual_score is None:
+        graded = self.gradebook.find_grade(gid, self.notebook_id, self.assignment_id, self.student_id)
+        cell.metadata.nbgrader["score"], cell.metadata.nbgrader["points"] = graded.score, graded.max_score
+        if graded.manual_score is None:
             return
         for out in cell.get("outputs", []):
             if out.get("output_type") == "execute_result" and "text/plain" in out.get("data", {}):
