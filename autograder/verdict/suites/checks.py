@@ -207,9 +207,17 @@ def fast_enough(learner_target: Target, reference_target: Target, inputs: list[d
                     "vectorise it -- a Python loop over positions or heads is slow; let torch work on whole tensors")
 
 
-def together(learner, course_worker, names: list[str], run_check, what: str, fix: str):
+def together(learner, course_worker, names: list[str], run_check, what: str, fix: str, known_wrong: bool = False):
     """`run_check()` with the learner's own parts; when it fails but passes with the course's versions of
-    `names`, the learner's part is right and the parts it uses are not: say so (`fix` names them)."""
+    `names`, the learner's part is right and the parts it uses are not: say so (`fix` names them).
+
+    `known_wrong`: the learner's `names` were found wrong on their own, on inputs that reach their mistakes, which
+    this check's inputs may not: the test fails whatever they give here, once the part itself is right with the
+    course's versions, and `fix` is its diagnosis."""
+    if known_wrong:
+        with learner.course_parts(names, course_worker):
+            run_check()
+        raise Diagnosis(fix)
     try:
         run_check()
         return

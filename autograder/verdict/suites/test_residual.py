@@ -381,7 +381,10 @@ def test_block_with_your_parts(learner, course):
     fix = (f"your {' and '.join(broken)} give{'s' if len(broken) == 1 else ''} wrong results on "
            f"{'its' if len(broken) == 1 else 'their'} own (see {'its' if len(broken) == 1 else 'their'} tests): "
            f"fix {'it' if len(broken) == 1 else 'them'} first") if broken else "fix the parts it uses first"
-    together(learner, course(A), course_parts(BLOCK_CELL, learner), run_check, "TransformerBlock", fix)
+    # A part wrong on its own (on nearly constant rows, say) fails this test, whatever the block gives at these inputs.
+    together(learner, course(A), course_parts(BLOCK_CELL, learner), run_check, "TransformerBlock",
+             f"your TransformerBlock is right with the course's parts; with yours it is not: {fix}" if broken else fix,
+             known_wrong=bool(broken))
 
 
 @BLOCK

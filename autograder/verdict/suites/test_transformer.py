@@ -268,14 +268,12 @@ def test_tiny_with_your_parts(learner, reference, course):
                  "your pasted TransformerBlock is wrong: paste your corrected answer from the residual exercise")
         return
     # A pasted part wrong at the sizes drawn for this grading fails this test, whatever the model gives at this one.
-    with learner.course_parts(wrong, course(A)):
-        run_check()
     odd = judge.sometimes_wrong(learner, wrong, course=_COURSE[0])
-    raise Diagnosis(f"your pasted {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} missing or wrong at sizes "
-                    "drawn for this grading (the other tests used the course's)"
-                    + (f"; {', '.join(odd)} gave right answers at some of those sizes and wrong ones at others"
-                       if odd else "")
-                    + ": paste your corrected answers from the earlier exercises")
+    together(learner, course(A), wrong, run_check, "TinyTransformer",
+             f"your pasted {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} missing or wrong at sizes drawn for "
+             "this grading (the other tests used the course's)"
+             + (f"; {', '.join(odd)} gave right answers at some of those sizes and wrong ones at others" if odd else "")
+             + ": paste your corrected answers from the earlier exercises", known_wrong=True)
 
 
 @TINY
