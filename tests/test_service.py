@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 from helpers import CHROMIUM, CHROMIUM_ARGS, leaks, suite_lines
 
@@ -37,8 +38,13 @@ def _roster(**kw) -> dict:
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
+    """The service, started where GRADEBOOK_URL names the class's gradebook (which no check may touch)."""
     tmp = tmp_path_factory.mktemp("service")
-    s = LocalService(tmp, _roster(rate=[3, 3600], max_concurrent=1, max_bytes=400_000))
+    grade.prepare(tmp / "class", [ASG])
+    s = LocalService(tmp, _roster(rate=[3, 3600], max_concurrent=1, max_bytes=400_000),
+                     env={"GRADEBOOK_URL": grade.db_url(tmp / "class")})
+    s.class_gradebook = tmp / "class" / "gradebook.db"              # type: ignore[attr-defined]
+    s.class_gradebook_was = s.class_gradebook.read_bytes()          # type: ignore[attr-defined]
     yield s
     s.close()
 
@@ -110,12 +116,14 @@ def test_the_rate_limit_refuses_without_grading(service):
 
 
 def test_the_queue_is_fair_under_load(service):
-    """One grading at a time: dee sends two checks at once, then eve one; eve's is graded before dee's second."""
-    nb = variants.submission(ASG)
+    """One grading at a time: dee sends two checks at once (of a notebook that takes 4 s to run), then eve one a
+    second later, while dee's first is graded; eve's is graded before dee's second."""
+    slow = variants.submission(ASG)
+    slow.cells.append(nbformat.v4.new_code_cell("import time\ntime.sleep(4)"))
     done = []
 
     def check(learner):
-        status, answer = service.check(learner, nb, ASG)
+        status, answer = service.check(learner, slow if learner == "dee" else variants.submission(ASG), ASG)
         done.append(learner)
         return status
 
@@ -137,8 +145,11 @@ def test_checks_are_counted_for_the_instructor_and_change_no_gradebook(service, 
         urllib.request.urlopen(urllib.request.Request(service.url + "/instructor/checks.csv", headers={
             "Authorization": f"Bearer {service.roster['learners']['ada']}"}))
     assert e.value.code == 403
-    # Every file a check wrote is under the service's own state folder: no grading folder, no gradebook elsewhere.
+    # Every file a check wrote is under the service's own state folder: no grading folder, no gradebook elsewhere,
+    # and the class's gradebook, named by GRADEBOOK_URL where the service runs, is as it was.
     assert not list((service.state / "scratch").iterdir()), "a check left its scratch grading behind"
+    assert service.class_gradebook.read_bytes() == service.class_gradebook_was
+    assert grade.scores(None, [ASG], url=grade.db_url(service.class_gradebook.parent)) == []
 
 
 def test_a_grader_fault_is_the_grader_s_and_costs_the_learner_nothing(tmp_path):
@@ -148,6 +159,32 @@ def test_a_grader_fault_is_the_grader_s_and_costs_the_learner_nothing(tmp_path):
         assert status == 503 and "failed on the grader's side" in answer["error"], answer
         # A limit of one check an hour: the fault was not counted, so the next request is still taken (an upload
         # that is not a notebook, answered without grading), and the one after it is over the limit.
+        assert s.post(f"/check/{ASG}", b"[]", s.roster["learners"]["ada"])[0] == 400
+        assert s.post(f"/check/{ASG}", b"[]", s.roster["learners"]["ada"])[0] == 429
+    finally:
+        s.close()
+
+
+def test_a_grader_that_dies_mid_check_is_replaced_and_the_check_not_counted(tmp_path):
+    """The warm grader grading ada's check is killed: ada is told it failed on the grader's side (503), the check is
+    not counted against her, and her next check is graded by a new grader."""
+    s = LocalService(tmp_path, _roster(rate=[2, 3600], max_concurrent=1))
+    try:
+        graders = [p for p in psutil.Process(s.proc.pid).children()
+                   if "autograder.service.warm" in " ".join(p.cmdline())]
+        assert len(graders) == 1, graders
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            first = pool.submit(s.check, "ada", variants.submission(ASG), ASG)
+            deadline = time.monotonic() + 60
+            while not list((s.state / "scratch").iterdir()) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)                                              # within the grading
+            graders[0].kill()
+            status, answer = first.result()
+        assert status == 503 and "failed on the grader's side" in answer["error"], answer
+        status, answer = s.check("ada", variants.submission(ASG), ASG)
+        assert status == 200 and answer["total"] == answer["points"], answer
+        # A limit of two checks an hour: the killed check was not counted, so one more is taken, then none.
         assert s.post(f"/check/{ASG}", b"[]", s.roster["learners"]["ada"])[0] == 400
         assert s.post(f"/check/{ASG}", b"[]", s.roster["learners"]["ada"])[0] == 429
     finally:

@@ -34,7 +34,10 @@ def nbgrader(*args: str, grading_dir: Path | None = None, check: bool = True, en
     return subprocess.run(cmd, cwd=ROOT, env=env, check=check, **kw)
 
 
-def generate(assignments: list[str], into: Path | None = None, grading_dir: Path | None = None):
+def generate(assignments: list[str], into: Path | None = None, grading_dir: Path | None = None,
+             url: str | None = None):
+    """Release `assignments` (into `into`, else exercises/), recording them in the gradebook at `url`, else the one
+    nbgrader_config.py picks for `grading_dir`."""
     with tempfile.TemporaryDirectory(prefix="release-db-") as tmp:
         grading_dir = Path(grading_dir or tmp)
         grading_dir.mkdir(parents=True, exist_ok=True)
@@ -42,7 +45,7 @@ def generate(assignments: list[str], into: Path | None = None, grading_dir: Path
             args = ["generate_assignment", asg, "--force", "--log-level=WARN"]
             if into is not None:
                 args.append(f"--CourseDirectory.release_directory={into}")
-            nbgrader(*args, grading_dir=grading_dir)
+            nbgrader(*args, grading_dir=grading_dir, env_extra={"GRADEBOOK_URL": url} if url else None)
 
 
 def main():

@@ -34,12 +34,12 @@ def gradebook_url(grading_dir: Path | None, url: str | None = None) -> str:
     return url or os.environ.get("GRADEBOOK_URL") or db_url(grading_dir)  # type: ignore[arg-type]
 
 
-def prepare(grading_dir: Path, assignments: list[str], fresh: bool = True):
+def prepare(grading_dir: Path, assignments: list[str], fresh: bool = True, url: str | None = None):
     grading_dir = Path(grading_dir)
     if fresh and grading_dir.exists():
         shutil.rmtree(grading_dir)
     grading_dir.mkdir(parents=True, exist_ok=True)
-    generate(assignments, into=grading_dir / "release", grading_dir=grading_dir)
+    generate(assignments, into=grading_dir / "release", grading_dir=grading_dir, url=url)
 
 
 def submitted_path(grading_dir: Path, learner: str, assignment: str) -> Path:
@@ -62,15 +62,21 @@ def submit(grading_dir: Path, learner: str, assignment: str, notebook) -> Path:
     return path
 
 
+def autograde_args(assignment: str, learner: str | None = None, extra: tuple = ()) -> list[str]:
+    """nbgrader's arguments to autograde `assignment` (one learner's submission when named)."""
+    return ["autograde", assignment, "--force", *extra, *([f"--student={learner}"] if learner else [])]
+
+
 def autograde(grading_dir: Path, assignment: str, learner: str | None = None, extra: tuple = (), **kw):
-    args = ["autograde", assignment, "--force", *extra]
-    if learner:
-        args.append(f"--student={learner}")
-    return nbgrader(*args, grading_dir=grading_dir, check=False, **kw)
+    return nbgrader(*autograde_args(assignment, learner, extra), grading_dir=grading_dir, check=False, **kw)
+
+
+def feedback_args(assignment: str) -> list[str]:
+    return ["generate_feedback", assignment, "--force"]
 
 
 def feedback(grading_dir: Path, assignment: str, **kw):
-    return nbgrader("generate_feedback", assignment, "--force", grading_dir=grading_dir, check=False, **kw)
+    return nbgrader(*feedback_args(assignment), grading_dir=grading_dir, check=False, **kw)
 
 
 @dataclass

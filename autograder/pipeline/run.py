@@ -15,6 +15,7 @@ from typing import Any
 
 import nbformat
 from nbgrader.preprocessors import NbGraderPreprocessor
+from traitlets import Bool
 
 from autograder import config
 from autograder.inside import execute
@@ -65,6 +66,17 @@ class _Kernels:
 _kernels = _Kernels()
 
 
+def _wall(s: config.Settings) -> float:
+    return min(s.notebook_timeout, s.learner_budget)
+
+
+def make_ready(assignment: str, s: config.Settings):
+    """Before any submission: the first learner's kernel and suite process made ready, as each learner's grading
+    makes them ready for the next (the check service's warm grader, autograder.service.warm)."""
+    hidden.prepare(assignment, s)
+    _kernels.prepare(s, _wall(s))
+
+
 def last_learner(pre, resources) -> bool:
     """Whether nbgrader grades no submission after this one in this run: the converter (the preprocessor's
     exporter's parent) grades the submission folders it found in sorted order. False when that cannot be read."""
@@ -83,15 +95,19 @@ def last_learner(pre, resources) -> bool:
 class SandboxedExecute(NbGraderPreprocessor):
     """Execute the notebook inside the sandbox and keep only the outputs it produced, capped and sanitized."""
 
+    more_follow = Bool(False, help="Another nbgrader command follows in this process (the check service's warm "
+                       "grader, autograder.service.warm): the next learner's kernel and suite process are made ready "
+                       "after the last submission too.").tag(config=True)
+
     def preprocess(self, nb, resources):
         s = settings_of(self)
         started = time.time()
         resources[DEADLINE] = started + s.learner_budget
-        resources[LAST] = last_learner(self, resources)
+        resources[LAST] = not self.more_follow and last_learner(self, resources)
         if resources[LAST]:
             self.log.info("%s is the last submission of this run: no kernel or suite process is made ready after it",
                           resources["nbgrader"].get("student"))
-        wall = min(s.notebook_timeout, s.learner_budget)
+        wall = _wall(s)
         hidden.prepare(resources["nbgrader"]["assignment"], s)
         sb, proc = _kernels.take(s, wall)
         with sb:

@@ -54,7 +54,8 @@ class Service:
     def __init__(self, roster: Roster, state: Path, scheduler: str | None = None):
         self.roster, self.state = roster, Path(state)
         self.state.mkdir(parents=True, exist_ok=True)
-        self.checker = Checker(self.state, sorted(roster.assignments))
+        graders = 0 if scheduler else roster.max_concurrent      # with a scheduler, its workers keep their own
+        self.checker = Checker(self.state, sorted(roster.assignments), graders)
         # With a Dask scheduler the gradings run on its workers (the state folder must be shared with them).
         self.client = None
         if scheduler:
