@@ -65,13 +65,18 @@ graphviz:
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz; }
 
-# Graphviz compiled to WebAssembly (@viz-js/viz, pinned in package-lock.json), served with the site: the interactive
-# graph page lays the graph out again in the reader's browser when a group is collapsed or expanded.
-$(VIZ_JS): package.json package-lock.json
+# What the project takes from npm, pinned in package-lock.json: Graphviz compiled to WebAssembly, and JupyterHub's
+# proxy (configurable-http-proxy), which tests/test_hub.py runs in front of a real hub.
+NODE := node_modules/.package-lock.json
+$(NODE): package.json package-lock.json
 	@command -v npm >/dev/null || { \
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm; }
 	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+
+# Served with the site: the interactive graph page lays the graph out again in the reader's browser when a group is
+# collapsed or expanded.
+$(VIZ_JS): $(NODE)
 	cp node_modules/@viz-js/viz/dist/viz-global.js $@
 
 # The linters, configured in pyproject.toml: ruff on everything, mypy on the autograder package.
@@ -85,7 +90,7 @@ QUICK := tests/test_house.py tests/test_static.py tests/test_timing.py tests/tes
 test-quick: install
 	$(BIN)/pytest -n 2 -q $(QUICK)
 
-test: lint $(CHROMIUM) postgres graphviz $(VIZ_JS)
+test: lint $(CHROMIUM) postgres graphviz $(VIZ_JS) $(NODE)
 	$(BIN)/pytest -n 2 --dist loadgroup --durations=15 tests
 
 # Measurements, not pass/fail: speed against torch's own layers, memory, the speed check's calibration,

@@ -7,7 +7,8 @@ def check(notebook=None, url=None, token=None):
     """Check your work: send this notebook, as last saved (save it first), to the course's check service and print
     what the hidden tests say of it: your scores and their diagnoses. It changes no grade and is not a submission.
     The service's address and your token come from your instructor: pass them, or set COURSE_CHECK_URL and
-    COURSE_CHECK_TOKEN, or put {"url": ..., "token": ...} in ~/.course-check.json."""
+    COURSE_CHECK_TOKEN, or put {"url": ..., "token": ...} in ~/.course-check.json. On the course's JupyterHub
+    nothing is needed: the hub gives your server both."""
     import json
     import os
     import pathlib
@@ -19,7 +20,8 @@ def check(notebook=None, url=None, token=None):
     if conf.exists():
         saved = json.loads(conf.read_text())
     url = url or os.environ.get("COURSE_CHECK_URL") or saved.get("url")
-    token = token or os.environ.get("COURSE_CHECK_TOKEN") or saved.get("token")
+    token = (token or os.environ.get("COURSE_CHECK_TOKEN") or saved.get("token")
+             or os.environ.get("JUPYTERHUB_API_TOKEN"))
     if not url or not token:
         print("No check service is set up: ask your instructor for its address and your token.")
         return None

@@ -1,4 +1,4 @@
-"""python -m autograder.service [--roster roster.json] [--state DIR] [--host H] [--port P] [--scheduler ADDRESS]
+"""python -m autograder.service [--roster roster.json] [--state DIR] [--host H] [--port P] [--scheduler ADDRESS] [--hub]
 python -m autograder.service tokens --learners ada ben --assignments attention > roster.json"""
 from __future__ import annotations
 
@@ -28,8 +28,10 @@ def main(argv: list[str] | None = None):
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--scheduler", help="a Dask scheduler's address: gradings run on its workers, which must share "
                                        "the state folder")
+    p.add_argument("--hub", action="store_true", help="run as a JupyterHub service (started by the hub, which names "
+                                                        "its address and says who is asking)")
     a = p.parse_args(argv)
-    serve(a.roster, a.state, a.host, a.port, a.scheduler)
+    serve(a.roster, a.state, a.host, a.port, a.scheduler, a.hub)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,13 @@ from typing import Any
 import nbformat
 
 
+def free_port() -> int:
+    """A loopback port no one listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class LocalService:
     """`python -m autograder.service` on a free loopback port with the given roster (the tests and `make bench`
     run it so), and a client for it."""
@@ -24,9 +31,7 @@ class LocalService:
         self.roster = roster
         tmp.mkdir(parents=True, exist_ok=True)
         (tmp / "roster.json").write_text(json.dumps(roster))
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.state = tmp / "state"
         self.log = open(tmp / "server.log", "w")

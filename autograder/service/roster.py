@@ -4,7 +4,10 @@
      "assignments": {"attention": {"open": true, "until": "2026-12-15T16:00:00+00:00"}, ...},
      "rate": [20, 3600], "max_concurrent": 2, "max_bytes": 4000000}
 
-An assignment not listed is not open for checks; one past its `until` (its due date) is closed."""
+An assignment not listed is not open for checks; one past its `until` (its due date) is closed.
+As a JupyterHub service (`--hub`) the hub says who is asking: the learners are the hub users named in "learners"
+(their tokens unused) or, without "learners", every hub user the hub lets reach the service; the instructors are
+the hub users named in "instructors": ["..."]."""
 from __future__ import annotations
 
 import datetime as dt
@@ -24,6 +27,8 @@ def _digest(token: str) -> bytes:
 class Roster:
     learners: dict[bytes, str] = field(default_factory=dict)     # sha256(token) -> learner
     instructor: bytes = b""
+    names: set[str] = field(default_factory=set)                  # the learners, by name (a hub's users)
+    instructors: set[str] = field(default_factory=set)            # the instructors, by the hub's names
     assignments: dict[str, dict] = field(default_factory=dict)
     rate: tuple[int, float] = (20, 3600.0)                        # checks per window of seconds, per learner
     max_concurrent: int = 2                                       # gradings at once on this machine
@@ -35,6 +40,7 @@ class Roster:
         rate = d.get("rate", [20, 3600])
         return cls(learners={_digest(t): name for name, t in d.get("learners", {}).items()},
                    instructor=_digest(d["instructor"]) if d.get("instructor") else b"",
+                   names=set(d.get("learners", {})), instructors=set(d.get("instructors", [])),
                    assignments=dict(d.get("assignments", {})), rate=(int(rate[0]), float(rate[1])),
                    max_concurrent=int(d.get("max_concurrent", 2)), max_bytes=int(d.get("max_bytes", 4_000_000)))
 

@@ -1,10 +1,12 @@
 """The HTTP service (tornado, as Jupyter's own server): a learner's check, the upload page, the instructor's table.
 
-    POST /check/<assignment>     the notebook as the body; `Authorization: Bearer <token>`; `?html=1` adds the page
-    GET  /                       the upload page (no script: a form)
-    POST /upload                 the form's notebook and token; answers a page with the verdicts as text
-    GET  /instructor/checks.csv  per learner and assignment: how many checks, first and last (instructor's token)
+    POST check/<assignment>     the notebook as the body; `Authorization: Bearer <token>`; `?html=1` adds the page
+    GET  ./                     the upload page (no script: a form)
+    POST upload                 the form's notebook (and token); answers a page with the verdicts as text
+    GET  instructor/checks.csv  per learner and assignment: how many checks, first and last (an instructor's token)
 
+Standalone, the token is the roster's; as a JupyterHub service (`--hub`, under the hub's prefix) it is the hub
+user's API token (in their server's kernel, JUPYTERHUB_API_TOKEN) and the upload page logs in through the hub (OAuth).
 Refusals say why, before any grading: 401 no token, 403 a token of no learner or a closed assignment, 413 a
 notebook over the size cap, 429 over the rate limit (with Retry-After), 400 not a notebook, 503 the grader failed
 (not counted against the learner)."""
@@ -15,6 +17,8 @@ import csv
 import datetime as dt
 import html
 import io
+import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -33,11 +37,13 @@ pre{{white-space:pre-wrap;overflow-wrap:anywhere;background:#f6f6f6;padding:.6em
 </style></head><body><h1>{title}</h1>{body}</body></html>"""
 FORM = """<p>Check your saved notebook against the hidden tests: you get what your feedback would say, in seconds.
 Checks do not count as a submission and change no grade.</p>
-<form method="post" action="/upload" enctype="multipart/form-data">
+<form method="post" action="upload" enctype="multipart/form-data">{xsrf}
 <label>Assignment <select name="assignment">{options}</select></label>
-<label>Your notebook <input type="file" name="notebook" accept=".ipynb" required></label>
-<label>Your check token <input type="password" name="token" required autocomplete="off"></label>
+<label>Your notebook <input type="file" name="notebook" accept=".ipynb" required></label>{token}
 <button type="submit">Check my work</button></form>"""
+TOKEN_FIELD = """
+<label>Your check token <input type="password" name="token" required autocomplete="off"></label>"""
+AUTHORIZATION = re.compile(r"(?:bearer|token)\s+(\S+)\s*$", re.IGNORECASE)
 
 
 class Refusal(Exception):
@@ -49,10 +55,11 @@ class Refusal(Exception):
 
 
 class Service:
-    """What the handlers share: the roster, the rate limit, the fair queue, the graders' threads, the check log."""
+    """What the handlers share: the roster (or the hub), the rate limit, the fair queue, the graders, the check log."""
 
-    def __init__(self, roster: Roster, state: Path, scheduler: str | None = None):
+    def __init__(self, roster: Roster, state: Path, scheduler: str | None = None, hub=None):
         self.roster, self.state = roster, Path(state)
+        self.hub = hub                         # a jupyterhub HubOAuth when run as a hub service: the hub says who
         self.state.mkdir(parents=True, exist_ok=True)
         graders = 0 if scheduler else roster.max_concurrent      # with a scheduler, its workers keep their own
         self.checker = Checker(self.state, sorted(roster.assignments), graders)
@@ -67,14 +74,39 @@ class Service:
         self.pool = ThreadPoolExecutor(max_workers=roster.max_concurrent)
         self.log_path = self.state / "checks.csv"
 
-    def admit(self, token: str | None, assignment: str, size: int | None) -> str:
-        """The learner whose check this request is, or Refusal: why it is refused before any grading."""
+    async def who(self, token: str | None) -> str:
+        """The learner whose token this is (the roster's, or as a hub service the hub user's), or Refusal."""
         if not token:
             raise Refusal(401, "no check token: send it as `Authorization: Bearer <token>`",
                           {"WWW-Authenticate": "Bearer"})
+        if self.hub is not None:
+            return self.hub_learner(await self.hub.user_for_token(token, sync=False))
         learner = self.roster.learner(token)
         if learner is None:
             raise Refusal(403, "this check token belongs to no learner of the course")
+        return learner
+
+    def hub_learner(self, user: dict | None) -> str:
+        """The learner a hub user is (a user the hub lets reach this service, and on the roster if it names any)."""
+        if not user or user.get("kind", "user") != "user":
+            raise Refusal(403, "the hub knows no user by this token")
+        if not self.hub.check_scopes(self.hub.access_scopes, user):
+            raise Refusal(403, f"the hub does not let {user['name']} use the check service")
+        if self.roster.names and user["name"] not in self.roster.names:
+            raise Refusal(403, f"{user['name']} is not a learner of this course")
+        return user["name"]
+
+    async def is_instructor(self, token: str | None) -> bool:
+        if not token:
+            return False
+        if self.hub is None:
+            return self.roster.is_instructor(token)
+        user = await self.hub.user_for_token(token, sync=False)
+        return bool(user) and user.get("kind", "user") == "user" and user["name"] in self.roster.instructors \
+            and bool(self.hub.check_scopes(self.hub.access_scopes, user))
+
+    def admit(self, learner: str, assignment: str, size: int | None):
+        """Refusal when `learner`'s check of `assignment` must be refused before any grading."""
         why = self.roster.closed(assignment)
         if why:
             raise Refusal(403, why)
@@ -86,7 +118,6 @@ class Service:
             when = f"{wait / 60:.0f} minutes" if wait >= 60 else f"{wait:.0f} s"
             raise Refusal(429, f"at most {n} checks in {window / 60:g} minutes: try again in {when}",
                           {"Retry-After": str(max(1, round(wait)))})
-        return learner
 
     async def check(self, learner: str, assignment: str, body: bytes, want_html: bool) -> tuple[int, dict]:
         self.rate.take(learner)
@@ -163,8 +194,9 @@ class Base(tornado.web.RequestHandler):
         self.set_header("Cache-Control", "no-store")
 
     def bearer(self) -> str | None:
-        auth = self.request.headers.get("Authorization", "")
-        return auth[len("Bearer "):].strip() if auth.startswith("Bearer ") else None
+        """The token in the Authorization header (`Bearer <token>`, or `token <token>` as JupyterHub writes it)."""
+        m = AUTHORIZATION.match(self.request.headers.get("Authorization", ""))
+        return m.group(1) if m else None
 
     def refuse(self, r: Refusal):
         for k, v in r.headers.items():
@@ -175,15 +207,19 @@ class Base(tornado.web.RequestHandler):
 
 @tornado.web.stream_request_body
 class CheckHandler(Base):
-    """POST /check/<assignment>: refused from its headers alone when it must be; the body read up to the cap."""
+    """POST check/<assignment>: refused from its headers alone when it must be; the body read up to the cap."""
 
-    def prepare(self):
+    def check_xsrf_cookie(self):
+        """No cookie is read here: the token is in the header, which another site cannot make a browser send."""
+
+    async def prepare(self):
         self.body_parts: list[bytes] = []
         self.size = 0
         length = self.request.headers.get("Content-Length")
         try:
-            self.learner = self.service.admit(self.bearer(), self.path_kwargs["assignment"],
-                                              int(length) if length and length.isdigit() else None)
+            self.learner = await self.service.who(self.bearer())
+            self.service.admit(self.learner, self.path_kwargs["assignment"],
+                               int(length) if length and length.isdigit() else None)
         except Refusal as r:
             self.refuse(r)
 
@@ -207,17 +243,25 @@ class CheckHandler(Base):
 
 
 class UploadPage(Base):
+    """The form: the learner's notebook and, standalone, their token (as a hub service the hub's login says who)."""
+
     def get(self):
         options = "".join(f'<option value="{html.escape(a)}">{html.escape(a)}</option>'
                           for a in sorted(self.service.roster.assignments))
-        self.finish(PAGE.format(title="Check my work", body=FORM.format(options=options)))
+        token = "" if self.service.hub else TOKEN_FIELD
+        self.finish(PAGE.format(title="Check my work", body=FORM.format(
+            options=options, token=token, xsrf=self.xsrf_form_html())))
+
+    async def learner(self) -> str:
+        return await self.service.who(self.get_body_argument("token", ""))
 
     async def post(self):
         files = self.request.files.get("notebook") or [{}]
-        assignment, token = self.get_body_argument("assignment", ""), self.get_body_argument("token", "")
+        assignment = self.get_body_argument("assignment", "")
         body = files[0].get("body", b"")
         try:
-            learner = self.service.admit(token, assignment, len(body))
+            learner = await self.learner()
+            self.service.admit(learner, assignment, len(body))
         except Refusal as r:
             status, text = r.status, f"Check refused: {r.why}"
             for k, v in r.headers.items():
@@ -227,32 +271,51 @@ class UploadPage(Base):
             text = text_of(answer)
         self.set_status(status)
         self.finish(PAGE.format(title="Check my work", body=f'<pre id="answer">{html.escape(text)}</pre>'
-                                                             '<p><a href="/">Check again</a></p>'))
+                                                             '<p><a href="./">Check again</a></p>'))
 
 
 class Instructor(Base):
-    def get(self):
-        if not self.service.roster.is_instructor(self.bearer() or ""):
+    async def get(self):
+        if not await self.service.is_instructor(self.bearer()):
             return self.refuse(Refusal(403, "the instructor's token is needed"))
         self.set_header("Content-Type", "text/csv; charset=utf-8")
         self.finish(self.service.summary())
 
 
-def app(service: Service) -> tornado.web.Application:
+def app(service: Service, prefix: str = "/") -> tornado.web.Application:
+    """The service's routes under `prefix` (a hub service's is the hub's /services/<name>/)."""
     kw = {"service": service}
-    return tornado.web.Application([
-        (r"/check/(?P<assignment>[A-Za-z0-9_]+)", CheckHandler, kw),
-        (r"/upload", UploadPage, kw),
-        (r"/instructor/checks\.csv", Instructor, kw),
-        (r"/", UploadPage, kw),
-    ], max_body_size=64 * 1024 * 1024)
+    page: type[UploadPage] = UploadPage
+    routes: list = []
+    if service.hub is not None:
+        from autograder.service.hub import CALLBACK, login_page
+
+        page = login_page(UploadPage)
+        routes.append((prefix + "oauth_callback", CALLBACK))
+    routes += [
+        (prefix + r"check/(?P<assignment>[A-Za-z0-9_]+)", CheckHandler, kw),
+        (prefix + "upload", page, kw),
+        (prefix + r"instructor/checks\.csv", Instructor, kw),
+        (prefix, page, kw),
+    ]
+    return tornado.web.Application(routes, max_body_size=64 * 1024 * 1024, xsrf_cookies=True,
+                                   cookie_secret=os.urandom(32))
 
 
-def serve(roster_path: Path, state: Path, host: str = "127.0.0.1", port: int = 8765, scheduler: str | None = None):
-    """Run the service until interrupted (every assignment of the roster prepared first)."""
+def serve(roster_path: Path, state: Path, host: str = "127.0.0.1", port: int = 8765, scheduler: str | None = None,
+          hub: bool = False):
+    """Run the service until interrupted (every assignment of the roster prepared first); as a hub service, where
+    and under which prefix the hub says (JUPYTERHUB_SERVICE_URL, JUPYTERHUB_SERVICE_PREFIX)."""
     import tornado.ioloop
 
-    service = Service(Roster.load(roster_path), state, scheduler)
-    app(service).listen(port, host, max_buffer_size=service.roster.max_bytes + 1024 * 1024)
-    print(f"checking {', '.join(sorted(service.roster.assignments))} at http://{host}:{port}/", flush=True)
+    prefix = "/"
+    auth = None
+    if hub:
+        from autograder.service.hub import hub_auth, where
+
+        auth = hub_auth()
+        host, port, prefix = where()
+    service = Service(Roster.load(roster_path), state, scheduler, auth)
+    app(service, prefix).listen(port, host, max_buffer_size=service.roster.max_bytes + 1024 * 1024)
+    print(f"checking {', '.join(sorted(service.roster.assignments))} at http://{host}:{port}{prefix}", flush=True)
     tornado.ioloop.IOLoop.current().start()

@@ -1,0 +1,51 @@
+"""The service as a JupyterHub service: the hub starts it (`c.JupyterHub.services`, README "Check my work") and says
+who is asking. A learner's kernel sends its server's API token (JUPYTERHUB_API_TOKEN, with the scope
+`access:services!service=<name>` that the hub's `server` role grants); a browser logs in through the hub (OAuth).
+Everything here is jupyterhub's own (`HubOAuth`, `HubOAuthenticated`, `HubOAuthCallbackHandler`)."""
+from __future__ import annotations
+
+import os
+from urllib.parse import urlparse
+
+import tornado.web
+from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler, HubOAuthenticated
+
+CALLBACK = HubOAuthCallbackHandler            # where the hub's OAuth sends the browser back (at <prefix>oauth_callback)
+
+
+def hub_auth() -> HubOAuth:
+    """The hub's client, set up from what the hub gives its service's environment (its API token and address, the
+    OAuth client and the scopes that reach the service), caching each token's user for a minute."""
+    return HubOAuth.instance(cache_max_age=60)          # the instance HubOAuthCallbackHandler uses
+
+
+def where() -> tuple[str, int, str]:
+    """Host, port and URL prefix the hub assigned the service."""
+    if "JUPYTERHUB_SERVICE_URL" not in os.environ:
+        raise SystemExit("--hub: the service is started by JupyterHub, which says where it listens "
+                         "(see examples/jupyterhub_config.py)")
+    url = urlparse(os.environ["JUPYTERHUB_SERVICE_URL"])
+    prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/")
+    return url.hostname or "127.0.0.1", url.port or 80, prefix if prefix.endswith("/") else prefix + "/"
+
+
+def login_page(page: type) -> type:
+    """The upload page behind the hub's login: the learner is the hub user whose browser it is."""
+
+    class HubPage(HubOAuthenticated, page):
+        def initialize(self, service):
+            super().initialize(service)
+            self.hub_auth = service.hub
+
+        @tornado.web.authenticated
+        def get(self):
+            return super().get()
+
+        async def learner(self) -> str:
+            return self.service.hub_learner(self.current_user)
+
+        @tornado.web.authenticated
+        async def post(self):
+            return await super().post()
+
+    return HubPage
