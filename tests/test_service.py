@@ -5,6 +5,9 @@ a check touches no gradebook; a grader fault is the grader's (503, not counted);
 import asyncio
 import concurrent.futures
 import json
+import os
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -252,6 +255,61 @@ def test_check_in_the_learner_s_kernel_prints_the_feedback(service, tmp_path, mo
     printed = "".join(o.get("text", "") for o in nb.cells[1].outputs)
     assert f"{ASG}: 11 / 11 points (a check: no grade changed)" in printed, printed
     assert "rope_tests: 4 / 4 points" in printed, printed
+
+
+def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
+    """JupyterLab with the course's extension (autograder/service/jupyter/, on JUPYTER_PATH): the notebook toolbar's
+    "Check my work" saves the open notebook, runs its own check() cell in its kernel and shows what it prints."""
+    from playwright.sync_api import sync_playwright
+
+    from autograder import ROOT
+    from autograder.service.local import free_port
+
+    work = tmp_path / "work"
+    work.mkdir()
+    nbformat.write(variants.submission(ASG), str(work / "mine.ipynb"))       # any name: the file open is checked
+    other = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")], metadata={
+        "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}})
+    nbformat.write(other, str(work / "other.ipynb"))
+    port, token = free_port(), "lab-" + os.urandom(8).hex()
+    env = {**os.environ, "JUPYTER_PATH": str(ROOT / "autograder" / "service" / "jupyter"), "HOME": str(tmp_path),
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_DATA_DIR": str(tmp_path / "data"),
+           "COURSE_CHECK_URL": service.url, "COURSE_CHECK_TOKEN": service.roster["learners"]["ada"]}
+    log = open(tmp_path / "lab.log", "w")
+    lab = subprocess.Popen([str(Path(sys.executable).parent / "jupyter-lab"), "--no-browser", "--allow-root",
+                            f"--port={port}",
+                            "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}",
+                            f"--ServerApp.root_dir={work}"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_page()
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2)
+                    break
+                except OSError:
+                    assert lab.poll() is None, (tmp_path / "lab.log").read_text()
+                    time.sleep(0.5)
+            page.goto(f"http://127.0.0.1:{port}/lab/tree/mine.ipynb?token={token}")
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
+            page.locator(".jp-NotebookPanel-toolbar [data-command='course-check:check']").click()
+            page.wait_for_selector("dialog.course-check pre", timeout=300_000)
+            text = page.inner_text("dialog.course-check pre")
+            assert f"{ASG}: 11 / 11 points (a check: no grade changed)" in text, text
+            page.click("dialog.course-check button")
+            # A notebook that is not one of the course's: nothing is sent, and the learner is told why.
+            page.goto(f"http://127.0.0.1:{port}/lab/tree/other.ipynb?token={token}")
+            page.wait_for_selector(".jp-mod-current[title*='other.ipynb'], li.jp-mod-current >> text=other.ipynb")
+            page.locator(".jp-NotebookPanel-toolbar [data-command='course-check:check']").locator("visible=true").click()
+            page.wait_for_selector("dialog.course-check pre", timeout=60_000)
+            assert "has no check() cell" in page.inner_text("dialog.course-check pre")
+            browser.close()
+    finally:
+        lab.terminate()
+        lab.wait(30)
+        log.close()
 
 
 def test_the_fair_queue_and_the_rate_limit_by_their_rules():
