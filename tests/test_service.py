@@ -299,6 +299,9 @@ def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
             text = page.inner_text("dialog.course-check pre")
             assert f"{ASG}: 11 / 11 points (a check: no grade changed)" in text, text
             page.click("dialog.course-check button")
+            page.click(".lm-MenuBar-itemLabel:text-is('Run')")                 # the command is in the Run menu too
+            assert page.locator(".lm-Menu-itemLabel:text-is('Check my work')").is_visible()
+            page.keyboard.press("Escape")
             # A notebook that is not one of the course's: nothing is sent, and the learner is told why.
             page.goto(f"http://127.0.0.1:{port}/lab/tree/other.ipynb?token={token}")
             page.wait_for_selector(".jp-mod-current[title*='other.ipynb'], li.jp-mod-current >> text=other.ipynb")
