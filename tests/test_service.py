@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -27,13 +28,16 @@ from autograder.service.roster import new_roster
 
 ASG = "positional_encoding"
 pytestmark = pytest.mark.xdist_group("service")
+PROBE_ROPE = """def rope(x, base=10000.0):
+    raise ValueError(f"probe {float(x.double().sum()):.9g}")
+"""
 SCRIPTED_ROPE = '''def rope(x, base=10000.0):
     raise ValueError('<script>window.pwned = 1</script><img src="data:," onerror="window.pwned = 2">')
 '''
 
 
 def _roster(**kw) -> dict:
-    r = new_roster(["ada", "ben", "cy", "dee", "eve", "fay"], [ASG, "attention"])
+    r = new_roster(["ada", "ben", "cy", "dee", "eve", "fay", "gus"], [ASG, "attention"])
     r["assignments"]["attention"]["open"] = False
     r.update(kw)
     return r
@@ -87,6 +91,18 @@ def test_checking_again_reveals_nothing_new(service):
         return report.NUMBER.sub("#", a["text"].split("\n", 1)[1])
 
     assert said(answers[0]) == said(answers[1]) == said(answers[2])
+
+
+def test_each_check_draws_its_own_inputs(service):
+    """A rope that tells what it was given (its input's sum, in its error, which the answer shows): two checks of
+    the same notebook were given different inputs, so what one check shows of its inputs says nothing of the next's."""
+    probe = variants.submission(ASG, {"rope": PROBE_ROPE})
+    said = []
+    for _ in range(2):
+        status, answer = service.check("gus", probe, ASG)
+        assert status == 200, answer
+        said.append(re.search(r"probe (\S+)", answer["text"]).group(1))
+    assert said[0] != said[1], said
 
 
 def test_refusals_come_before_any_grading(service):
@@ -272,6 +288,7 @@ def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
         "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}})
     nbformat.write(other, str(work / "other.ipynb"))
     port, token = free_port(), "lab-" + os.urandom(8).hex()
+    button = ".jp-NotebookPanel-toolbar [data-command='course-check:check']"
     env = {**os.environ, "JUPYTER_PATH": str(ROOT / "autograder" / "service" / "jupyter"), "HOME": str(tmp_path),
            "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_DATA_DIR": str(tmp_path / "data"),
            "COURSE_CHECK_URL": service.url, "COURSE_CHECK_TOKEN": service.roster["learners"]["ada"]}
@@ -294,7 +311,7 @@ def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
                     time.sleep(0.5)
             page.goto(f"http://127.0.0.1:{port}/lab/tree/mine.ipynb?token={token}")
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-            page.locator(".jp-NotebookPanel-toolbar [data-command='course-check:check']").click()
+            page.locator(button).click()
             page.wait_for_selector("dialog.course-check pre", timeout=300_000)
             text = page.inner_text("dialog.course-check pre")
             assert f"{ASG}: 11 / 11 points (a check: no grade changed)" in text, text
@@ -304,8 +321,8 @@ def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
             page.keyboard.press("Escape")
             # A notebook that is not one of the course's: nothing is sent, and the learner is told why.
             page.goto(f"http://127.0.0.1:{port}/lab/tree/other.ipynb?token={token}")
-            page.wait_for_selector(".jp-mod-current[title*='other.ipynb'], li.jp-mod-current >> text=other.ipynb")
-            page.locator(".jp-NotebookPanel-toolbar [data-command='course-check:check']").locator("visible=true").click()
+            page.wait_for_selector(".lm-TabBar-tab.jp-mod-current >> text=other.ipynb")
+            page.locator(f"{button} >> visible=true").click()
             page.wait_for_selector("dialog.course-check pre", timeout=60_000)
             assert "has no check() cell" in page.inner_text("dialog.course-check pre")
             browser.close()
