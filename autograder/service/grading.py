@@ -42,7 +42,7 @@ def on_worker(state: str, assignment: str, learner: str, body: bytes, html: bool
     (shared with the worker), by warm graders kept on that worker; the answer says which worker graded it."""
     from distributed import get_worker
 
-    checker = _ON_WORKER.setdefault(state, Checker(Path(state), [], graders=0))
+    checker = _ON_WORKER.get(state) or _ON_WORKER.setdefault(state, Checker(Path(state), [], graders=0))
     answer = checker.check(assignment, learner, body, html)
     answer["graded_by"] = get_worker().address
     return answer
