@@ -210,6 +210,24 @@ def test_a_grader_that_dies_mid_check_is_replaced_and_the_check_not_counted(tmp_
         s.close()
 
 
+def test_a_warm_grader_is_replaced_after_its_share_of_checks(tmp_path, monkeypatch):
+    """RECYCLE bounds a warm grader's life: after that many commands the next check has a new grader process, and
+    every check is graded alike."""
+    from autograder.service import grading
+
+    monkeypatch.setattr(grading, "RECYCLE", 2)
+    checker = grading.Checker(tmp_path, [ASG], graders=1)
+    try:
+        body = nbformat.writes(variants.submission(ASG)).encode()
+        pids = []
+        for i in range(3):
+            assert checker.check(ASG, f"l{i}", body)["total"] == 11
+            pids.append(checker.idle[-1].proc.pid)
+        assert pids[0] != pids[1] == pids[2], pids
+    finally:
+        checker.close()
+
+
 def test_with_a_dask_scheduler_checks_run_on_its_workers(tmp_path):
     """`--scheduler`: the grading runs on a Dask worker (a separate process of the cluster), and its log says which."""
     import csv

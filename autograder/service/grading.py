@@ -34,6 +34,7 @@ class Refused(RuntimeError):
         return str(self.args[0])
 
 
+RECYCLE = 200                 # commands a warm grader runs before it is replaced (its memory grows ~0.3 MiB a check)
 _ON_WORKER: dict[str, Checker] = {}
 
 
@@ -64,7 +65,8 @@ class Checker:
         self.idle = [Grader(ready=assignments[0] if assignments else None) for _ in range(graders)]
 
     def nbgrader(self, grading_dir: Path, argv: list[str]) -> tuple[int, str]:
-        """An nbgrader command on a warm grader (the one used last: the warmest); its exit code and log."""
+        """An nbgrader command on a warm grader (the one used last: the warmest); its exit code and log. A grader
+        that has run RECYCLE commands is replaced (in the background), which bounds what a long-lived process holds."""
         with self.lock:
             grader = self.idle.pop() if self.idle else None
         if grader is None or not grader.alive():
@@ -72,6 +74,9 @@ class Checker:
         try:
             got = grader.run(str(grading_dir), argv, self.timeout)
         finally:
+            if grader.alive() and grader.runs >= RECYCLE:
+                threading.Thread(target=grader.close, daemon=True).start()
+                grader = Grader(ready=argv[1])
             if grader.alive():
                 with self.lock:
                     self.idle.append(grader)

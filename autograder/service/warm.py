@@ -88,6 +88,7 @@ class Grader:
         self.proc = subprocess.Popen([sys.executable, "-m", "autograder.service.warm"], cwd=ROOT,
                                      env={**env, "PATH": tools_path()}, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+        self.runs = 0
         if ready:
             self.send({"ready": ready})
 
@@ -100,6 +101,7 @@ class Grader:
         """nbgrader's exit code and log, or None when the process died or did not answer within `timeout` (it is
         then ended, and `alive()` says so)."""
         assert self.proc.stdout is not None
+        self.runs += 1
         try:
             self.send({"dir": grading_dir, "argv": argv})
             ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
