@@ -22,12 +22,16 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import tornado.web
 
 from autograder.service.fair import FairQueue, RateLimit
 from autograder.service.grading import Checker, NotANotebook, Refused, on_worker
 from autograder.service.roster import Roster
+
+if TYPE_CHECKING:
+    from jupyterhub.services.auth import HubOAuth
 
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 PAGE = """<!DOCTYPE html>
@@ -57,7 +61,7 @@ class Refusal(Exception):
 class Service:
     """What the handlers share: the roster (or the hub), the rate limit, the fair queue, the graders, the check log."""
 
-    def __init__(self, roster: Roster, state: Path, scheduler: str | None = None, hub=None):
+    def __init__(self, roster: Roster, state: Path, scheduler: str | None = None, hub: HubOAuth | None = None):
         self.roster, self.state = roster, Path(state)
         self.hub = hub                         # a jupyterhub HubOAuth when run as a hub service: the hub says who
         self.state.mkdir(parents=True, exist_ok=True)
@@ -86,24 +90,31 @@ class Service:
             raise Refusal(403, "this check token belongs to no learner of the course")
         return learner
 
-    def hub_learner(self, user: dict | None) -> str:
-        """The learner a hub user is (a user the hub lets reach this service, and on the roster if it names any)."""
+    def hub_user(self, user: dict | None) -> str:
+        """The name of a hub user the hub lets reach this service, or Refusal."""
+        assert self.hub is not None
         if not user or user.get("kind", "user") != "user":
             raise Refusal(403, "the hub knows no user by this token")
         if not self.hub.check_scopes(self.hub.access_scopes, user):
             raise Refusal(403, f"the hub does not let {user['name']} use the check service")
-        if self.roster.names and user["name"] not in self.roster.names:
-            raise Refusal(403, f"{user['name']} is not a learner of this course")
         return user["name"]
+
+    def hub_learner(self, user: dict | None) -> str:
+        """The learner a hub user is: one the hub lets reach this service, on the roster if it names any."""
+        name = self.hub_user(user)
+        if self.roster.names and name not in self.roster.names:
+            raise Refusal(403, f"{name} is not a learner of this course")
+        return name
 
     async def is_instructor(self, token: str | None) -> bool:
         if not token:
             return False
         if self.hub is None:
             return self.roster.is_instructor(token)
-        user = await self.hub.user_for_token(token, sync=False)
-        return bool(user) and user.get("kind", "user") == "user" and user["name"] in self.roster.instructors \
-            and bool(self.hub.check_scopes(self.hub.access_scopes, user))
+        try:
+            return self.hub_user(await self.hub.user_for_token(token, sync=False)) in self.roster.instructors
+        except Refusal:
+            return False
 
     def admit(self, learner: str, assignment: str, size: int | None):
         """Refusal when `learner`'s check of `assignment` must be refused before any grading."""
