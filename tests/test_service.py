@@ -57,9 +57,10 @@ def service(tmp_path_factory):
 
 
 def test_a_check_gives_what_autograde_gives(service, tmp_path):
-    """A correct notebook: full marks and the very verdicts `nbgrader autograde` writes; a broken one: its
-    diagnosis; many checks of variants hold no line of the hidden suites."""
-    ok, answer = service.check("ada", variants.submission(ASG), ASG)
+    """A correct notebook: full marks, the very verdicts `nbgrader autograde` writes and (`?html=1`) the feedback
+    page `generate_feedback` writes; a broken one: its diagnosis; checks hold no line of the hidden suites."""
+    ok, answer, _ = service.post(f"/check/{ASG}?html=1", nbformat.writes(variants.submission(ASG)).encode(),
+                                 service.roster["learners"]["ada"])
     assert ok == 200 and answer["total"] == answer["points"] == 11, answer
     d = tmp_path / "batch"
     grade.prepare(d, [ASG])
@@ -67,6 +68,9 @@ def test_a_check_gives_what_autograde_gives(service, tmp_path):
     assert grade.autograde(d, ASG, capture_output=True).returncode == 0
     batch = verdicts(d / "autograded" / "ada" / ASG / f"{ASG}.ipynb")
     assert [c["text"] for c in answer["cells"]] == [c["text"] for c in batch["cells"]]
+    assert grade.feedback(d, ASG, capture_output=True).returncode == 0
+    page = (d / "feedback" / "ada" / ASG / f"{ASG}.html").read_text()
+    assert report.NUMBER.sub("#", answer["feedback_html"]) == report.NUMBER.sub("#", page)
     bug = {v.name: v for v in variants.load(ASG)}["sin_cos_swapped"]
     status, wrong = service.check("ada", variants.submission(ASG, bug.cells), ASG)
     assert status == 200 and wrong["total"] < 11
