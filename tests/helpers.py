@@ -1,5 +1,5 @@
 """What the project's tests share: the course's paths and assignments, its secrets and the search for them, the
-browser's settings, and a polled measure of processes' memory."""
+browser's settings, a polled measure of processes' memory, and a learner's check() run in a real kernel."""
 import importlib.util
 import os
 import re
@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+import nbformat
 import psutil
 
 from autograder import notebooks
@@ -106,3 +107,19 @@ def peak_memory(run, markers: dict[str, tuple[str, ...]]) -> tuple[object, float
         stop.set()
         t.join()
     return result, wall, peak
+
+
+def run_check_cell(assignment: str, folder: Path) -> str:
+    """The released notebook's own check() cell, then `check()`, run in a real kernel in `folder` beside the
+    learner's saved notebook (the reference submission, written there); what it printed. The address and the
+    token are the kernel's environment's, as the caller set them."""
+    from nbclient import NotebookClient
+
+    from autograder.authoring.criteria import CHECK_CELL
+
+    released = nbformat.read(str(ROOT / "exercises" / assignment / f"{assignment}.ipynb"), as_version=4)
+    cell = next(c for c in released.cells if c.get("id") == CHECK_CELL)
+    nbformat.write(variants.submission(assignment), str(folder / f"{assignment}.ipynb"))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell.source), nbformat.v4.new_code_cell("check()")])
+    NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(folder)}}).execute()
+    return "".join(o.get("text", "") for o in nb.cells[1].outputs)

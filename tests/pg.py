@@ -12,10 +12,11 @@ import glob
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from autograder.service.local import free_port
 
 INSTALL_HINT = ("PostgreSQL's server binaries (initdb, pg_ctl) were not found under /usr/lib/postgresql/*/bin: "
                 "run `make postgres` (it runs `apt-get install -y postgresql`)")
@@ -31,19 +32,13 @@ def server_bin() -> Path | None:
     return Path(found[-1]).parent if found else None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class PostgresServer:
     def __init__(self, database: str = "gradebook"):
         self.bin = server_bin()
         if self.bin is None:
             raise FileNotFoundError(INSTALL_HINT)
         self.database = database
-        self.port = _free_port()
+        self.port = free_port()
         self.user = "postgres"
         self.home = Path(tempfile.mkdtemp(prefix="pg-"))
         self.data = self.home / "data"

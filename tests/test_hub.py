@@ -13,11 +13,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from helpers import CHROMIUM, CHROMIUM_ARGS
+from helpers import CHROMIUM, CHROMIUM_ARGS, run_check_cell
 
 from autograder import ROOT
 from autograder.authoring import variants
-from autograder.authoring.criteria import CHECK_CELL
 from autograder.service.local import free_port
 from autograder.service.roster import new_roster
 
@@ -112,18 +111,11 @@ ACCESS = ["access:services!service=check-my-work"]
 def test_a_learner_s_kernel_checks_with_its_server_s_token(hub, tmp_path, monkeypatch):
     """The released notebook's check() cell in a real kernel, with what the hub gives a learner's server: the
     service's address and a token with the server role's access to the service; nothing from the learner."""
-    from nbclient import NotebookClient
-
-    released = nbformat.read(str(ROOT / "exercises" / ASG / f"{ASG}.ipynb"), as_version=4)
-    cell = next(c for c in released.cells if c.get("id") == CHECK_CELL)
-    nbformat.write(variants.submission(ASG), str(tmp_path / f"{ASG}.ipynb"))
     monkeypatch.setenv("HOME", str(tmp_path))                         # no ~/.course-check.json
     monkeypatch.delenv("COURSE_CHECK_TOKEN", raising=False)
     monkeypatch.setenv("COURSE_CHECK_URL", hub.service)              # what the hub config's Spawner.environment sets
     monkeypatch.setenv("JUPYTERHUB_API_TOKEN", hub.token("ada", ACCESS))
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell.source), nbformat.v4.new_code_cell("check()")])
-    NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(tmp_path)}}).execute()
-    printed = "".join(o.get("text", "") for o in nb.cells[1].outputs)
+    printed = run_check_cell(ASG, tmp_path)
     assert f"{ASG}: 11 / 11 points (a check: no grade changed)" in printed, printed
 
 

@@ -15,7 +15,6 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from nbgrader.api import Gradebook
 
 from autograder.authoring import variants
 from autograder.notebooks import is_solution, nbgrader_meta
+from autograder.service.local import free_port
 
 pytestmark = pytest.mark.xdist_group("instructor-guide")
 ASG = "positional_encoding"
@@ -197,16 +197,10 @@ def test_late_penalty_and_export(course):
     assert set(report) == {c.user, "ben", "cleo"} and report["cleo"]["total"] == "11"   # before the penalty
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_formgrader_and_manual_grade(course):
     c, _ = course
     cmd = documented("jupyter server --no-browser")
-    port, token = _free_port(), "instructor-guide"
+    port, token = free_port(), "instructor-guide"
     args = f" --port={port} --IdentityProvider.token={token}" + (" --allow-root" if os.geteuid() == 0 else "")
     log = open(c.home / "server.log", "w")
     server = subprocess.Popen(["bash", "-c", "exec " + cmd + args], cwd=c.root, env=c.env(c.home),

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
-from helpers import CHROMIUM, CHROMIUM_ARGS, leaks, suite_lines
+from helpers import CHROMIUM, CHROMIUM_ARGS, leaks, run_check_cell, suite_lines
 
 from autograder.authoring import variants
 from autograder.classroom import grade, report
@@ -279,18 +279,9 @@ def test_the_upload_page_shows_a_learner_s_script_as_text(service, tmp_path):
 def test_check_in_the_learner_s_kernel_prints_the_feedback(service, tmp_path, monkeypatch):
     """The released notebook's own check() cell, run in a real kernel beside the saved notebook, with the address
     and token from the environment: it prints the scores and each graded cell's verdict."""
-    from nbclient import NotebookClient
-
-    from autograder.authoring.criteria import CHECK_CELL
-
-    released = nbformat.read(str(Path(__file__).parent.parent / "exercises" / ASG / f"{ASG}.ipynb"), as_version=4)
-    cell = next(c for c in released.cells if c.get("id") == CHECK_CELL)
-    nbformat.write(variants.submission(ASG), str(tmp_path / f"{ASG}.ipynb"))         # the learner's saved notebook
     monkeypatch.setenv("COURSE_CHECK_URL", service.url)
     monkeypatch.setenv("COURSE_CHECK_TOKEN", service.roster["learners"]["ben"])
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell.source), nbformat.v4.new_code_cell("check()")])
-    NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(tmp_path)}}).execute()
-    printed = "".join(o.get("text", "") for o in nb.cells[1].outputs)
+    printed = run_check_cell(ASG, tmp_path)
     assert f"{ASG}: 11 / 11 points (a check: no grade changed)" in printed, printed
     assert "rope_tests: 4 / 4 points" in printed, printed
 
@@ -301,7 +292,7 @@ def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
     from playwright.sync_api import sync_playwright
 
     from autograder import ROOT
-    from autograder.service.local import free_port
+    from autograder.service.local import free_port, wait_for
 
     work = tmp_path / "work"
     work.mkdir()
@@ -323,14 +314,7 @@ def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             page = browser.new_page()
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline:
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status?token={token}", timeout=2)
-                    break
-                except OSError:
-                    assert lab.poll() is None, (tmp_path / "lab.log").read_text()
-                    time.sleep(0.5)
+            wait_for(f"http://127.0.0.1:{port}/api/status?token={token}", lab, tmp_path / "lab.log", timeout=120)
             page.goto(f"http://127.0.0.1:{port}/lab/tree/mine.ipynb?token={token}")
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
             page.locator(button).click()

@@ -23,6 +23,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_for(url: str, proc: subprocess.Popen, log: Path, timeout: float = 180):
+    """Return once `url` answers, while the server `proc` starts; its output (`log`) is the error if it ends first
+    or does not answer within `timeout` seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            assert proc.poll() is None, log.read_text()
+            time.sleep(0.5)
+    raise AssertionError(f"{url} did not answer within {timeout:g} s: " + log.read_text())
+
+
 class LocalService:
     """`python -m autograder.service` on a free loopback port with the given roster (the tests and `make bench`
     run it so), and a client for it."""
@@ -38,15 +52,7 @@ class LocalService:
         self.proc = subprocess.Popen([sys.executable, "-m", "autograder.service", "--roster", str(tmp / "roster.json"),
                                       "--state", str(self.state), "--port", str(self.port), *args],
                                      stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-        deadline = time.time() + 180
-        while time.time() < deadline:
-            try:
-                urllib.request.urlopen(self.url + "/", timeout=2)
-                return
-            except OSError:
-                assert self.proc.poll() is None, (tmp / "server.log").read_text()
-                time.sleep(0.5)
-        raise AssertionError("the service did not start: " + (tmp / "server.log").read_text())
+        wait_for(self.url + "/", self.proc, tmp / "server.log")
 
     def post(self, path: str, body: bytes, token: str | None, headers: dict | None = None) -> tuple[int, dict, Any]:
         h = {**({"Authorization": f"Bearer {token}"} if token else {}), **(headers or {})}
