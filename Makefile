@@ -6,12 +6,15 @@ PY     := $(BIN)/python
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 CHROMIUM ?= /usr/bin/chromium
 VIZ_JS := book/_static/viz-global.js
+LABEXT := labextension
+LABEXT_NODE := $(LABEXT)/node_modules/.package-lock.json
+LABEXT_BUILT := $(LABEXT)/dist/package.json
 export PYTHONHASHSEED := 0
 export OMP_WAIT_POLICY := PASSIVE
 export CHROMIUM
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install book exercises grade postgres graphviz lint test test-quick bench gpu-wheels gpu-check clean
+.PHONY: all install book exercises grade postgres graphviz npm lint test test-quick bench gpu-wheels gpu-check clean
 
 all: book grade
 
@@ -19,10 +22,16 @@ $(BIN)/activate:
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required ($(PYTHON) not found)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: requirements.txt pyproject.toml | $(BIN)/activate
+$(VENV)/.requirements: requirements.txt | $(BIN)/activate
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	touch $@
+
+# The course's package in editable mode, and its JupyterLab extension (labextension/) as pip installs it: a Python
+# distribution of its own (course-check) whose data files JupyterLab finds in .venv/share/jupyter/labextensions.
+$(VENV)/.installed: $(VENV)/.requirements pyproject.toml $(LABEXT_BUILT) $(LABEXT)/pyproject.toml $(LABEXT)/install.json
 	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip install --quiet --no-deps --force-reinstall ./$(LABEXT)
 	touch $@
 
 install: $(VENV)/.installed
@@ -68,11 +77,24 @@ graphviz:
 # What the project takes from npm, pinned in package-lock.json: Graphviz compiled to WebAssembly, and JupyterHub's
 # proxy (configurable-http-proxy), which tests/test_hub.py runs in front of a real hub.
 NODE := node_modules/.package-lock.json
-$(NODE): package.json package-lock.json
+$(NODE): package.json package-lock.json | npm
+	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+
+# Node.js and npm: Debian's, installed when missing (the extension's builder, rspack, needs Node.js 20.19 or later).
+npm:
 	@command -v npm >/dev/null || { \
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm; }
-	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+
+# The JupyterLab extension ("Check my work" in the notebook toolbar and the Run menu): TypeScript against JupyterLab's
+# packages, from npm with its own package-lock.json, compiled by tsc and bundled by JupyterLab's builder into dist/.
+$(LABEXT_NODE): $(LABEXT)/package.json $(LABEXT)/package-lock.json | npm
+	cd $(LABEXT) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+
+LABEXT_SOURCES := $(LABEXT)/tsconfig.json $(wildcard $(LABEXT)/src/* $(LABEXT)/schema/* $(LABEXT)/style/*)
+$(LABEXT_BUILT): $(LABEXT_NODE) $(LABEXT_SOURCES) $(VENV)/.requirements
+	cd $(LABEXT) && node_modules/.bin/tsc
+	$(BIN)/jupyter-builder build $(LABEXT)
 
 # Served with the site: the interactive graph page lays the graph out again in the reader's browser when a group is
 # collapsed or expanded.
