@@ -287,11 +287,11 @@ def test_check_in_the_learner_s_kernel_prints_the_feedback(service, tmp_path, mo
 
 
 def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
-    """JupyterLab with the course's extension (autograder/service/jupyter/, on JUPYTER_PATH): the notebook toolbar's
-    "Check my work" saves the open notebook, runs its own check() cell in its kernel and shows what it prints."""
+    """JupyterLab with the course's extension as `make install` installs it (labextension/, by pip): the notebook
+    toolbar's "Check my work" saves the open notebook, runs its own check() cell in its kernel and shows what it
+    prints."""
     from playwright.sync_api import sync_playwright
 
-    from autograder import ROOT
     from autograder.service.local import free_port, wait_for
 
     work = tmp_path / "work"
@@ -302,7 +302,8 @@ def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
     nbformat.write(other, str(work / "other.ipynb"))
     port, token = free_port(), "lab-" + os.urandom(8).hex()
     button = ".jp-NotebookPanel-toolbar [data-command='course-check:check']"
-    env = {**os.environ, "JUPYTER_PATH": str(ROOT / "autograder" / "service" / "jupyter"), "HOME": str(tmp_path),
+    answer, close = ".jp-Dialog pre.course-check", ".jp-Dialog button:has-text('Close')"
+    env = {**os.environ, "HOME": str(tmp_path),
            "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_DATA_DIR": str(tmp_path / "data"),
            "COURSE_CHECK_URL": service.url, "COURSE_CHECK_TOKEN": service.roster["learners"]["ada"]}
     log = open(tmp_path / "lab.log", "w")
@@ -318,10 +319,10 @@ def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
             page.goto(f"http://127.0.0.1:{port}/lab/tree/mine.ipynb?token={token}")
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
             page.locator(button).click()
-            page.wait_for_selector("dialog.course-check pre", timeout=300_000)
-            text = page.inner_text("dialog.course-check pre")
+            page.wait_for_selector(answer, timeout=300_000)
+            text = page.inner_text(answer)
             assert f"{ASG}: 11 / 11 points (a check: no grade changed)" in text, text
-            page.click("dialog.course-check button")
+            page.click(close)
             page.click(".lm-MenuBar-itemLabel:text-is('Run')")                 # the command is in the Run menu too
             assert page.locator(".lm-Menu-itemLabel:text-is('Check my work')").is_visible()
             page.keyboard.press("Escape")
@@ -329,8 +330,8 @@ def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
             page.goto(f"http://127.0.0.1:{port}/lab/tree/other.ipynb?token={token}")
             page.wait_for_selector(".lm-TabBar-tab.jp-mod-current >> text=other.ipynb")
             page.locator(f"{button} >> visible=true").click()
-            page.wait_for_selector("dialog.course-check pre", timeout=60_000)
-            assert "has no check() cell" in page.inner_text("dialog.course-check pre")
+            page.wait_for_selector(answer, timeout=60_000)
+            assert "has no check() cell" in page.inner_text(answer)
             browser.close()
     finally:
         lab.terminate()
