@@ -6,6 +6,7 @@ PY     := $(BIN)/python
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 CHROMIUM ?= /usr/bin/chromium
 VIZ_JS := book/_static/viz-global.js
+NODE := node_modules/.package-lock.json
 export PYTHONHASHSEED := 0
 export OMP_WAIT_POLICY := PASSIVE
 export CHROMIUM
@@ -44,7 +45,7 @@ exercises: criteria
 GRADING = $(abspath $(or $(GRADING_DIR),_build/grading))
 EXAMPLE_ASSIGNMENTS = $(filter $(ASSIGNMENTS),$(shell $(PY) -c 'from autograder.classroom.grade_examples import roster; \
                       print(*sorted({a for answers in roster().values() for a in answers}))'))
-grade: install
+grade: install $(NODE)
 	$(PY) -m autograder.classroom.grade_examples $(ASSIGNMENTS) --grading-dir $(GRADING)
 	$(PY) -m autograder.classroom.report $(EXAMPLE_ASSIGNMENTS) --grading-dir $(GRADING)
 
@@ -65,9 +66,9 @@ graphviz:
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz; }
 
-# What the project takes from npm, pinned in package-lock.json: Graphviz compiled to WebAssembly, and JupyterHub's
-# proxy (configurable-http-proxy), which tests/test_hub.py runs in front of a real hub.
-NODE := node_modules/.package-lock.json
+# What the project takes from npm, pinned in package-lock.json: Graphviz compiled to WebAssembly, JupyterHub's proxy
+# (configurable-http-proxy), which tests/test_hub.py runs in front of a real hub, and MathJax, which typesets the
+# feedback pages' math when they are written.
 $(NODE): package.json package-lock.json
 	@command -v npm >/dev/null || { \
 	  $(SUDO) apt-get update -qq && \

@@ -21,7 +21,7 @@ from nbgrader.preprocessors import (
 
 from autograder.pipeline import submission
 from autograder.pipeline.diagnoses import SaveDiagnoses
-from autograder.pipeline.feedback import TEMPLATES, BookLinks, FeedbackGrades, FeedbackHTML
+from autograder.pipeline.feedback import TEMPLATES, BookLinks, FeedbackGrades, FeedbackHTML, OmitCheckCell
 from autograder.pipeline.reader import SubmissionReader
 from autograder.pipeline.run import SandboxedExecute
 from autograder.pipeline.score import HiddenSuites
@@ -43,12 +43,13 @@ def configure(c):
     # A graded cell's score is the trusted verdict; nothing the learner prints may change it.
     c.LimitOutput.max_lines = 2000
     c.LimitOutput.max_traceback = 100
-    # Feedback: nbgrader's template with our head (a Content-Security-Policy, MathJax written into the page,
-    # no CDN), for the feedback only: formgrader's own pages keep nbgrader's.
+    # Feedback: nbgrader's template with our head (a Content-Security-Policy that runs no script, the math typeset
+    # ahead), for the feedback only: formgrader's own pages keep nbgrader's.
     import nbgrader
 
     nbgrader_templates = Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates"
     c.GenerateFeedback.exporter_class = FeedbackHTML
-    c.FeedbackHTML.template_name = "feedback"
+    c.FeedbackHTML.template_name = "course_feedback"
     c.FeedbackHTML.extra_template_basedirs = [str(TEMPLATES), str(nbgrader_templates)]
-    c.GenerateFeedback.preprocessors = [FeedbackGrades, BookLinks, CSSHTMLHeaderPreprocessor]
+    c.FeedbackHTML.extra_template_paths = [str(nbgrader_templates)]          # where 'feedback/index.html.j2' is
+    c.GenerateFeedback.preprocessors = [OmitCheckCell, FeedbackGrades, BookLinks, CSSHTMLHeaderPreprocessor]
