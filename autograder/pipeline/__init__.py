@@ -1,7 +1,8 @@
 """nbgrader's side: the preprocessors that make `nbgrader autograde` trustworthy, one per file, registered by
 `configure(c)` (nbgrader_config.py): the submission read defensively (`reader`, `submission`), the notebook run in the
-sandbox (`run`), each graded cell scored by its hidden suite (`score`), the verdicts saved as gradebook comments
-(`diagnoses`), learner output sanitized (`sanitize`), and the feedback pages (`feedback`)."""
+sandbox (`run`), each graded cell scored by its hidden suite (`score`), the scores saved with the instructor's typed
+ones kept (`grades`), the verdicts saved as gradebook comments (`diagnoses`), learner output sanitized (`sanitize`),
+and the feedback pages (`feedback`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,12 +17,12 @@ from nbgrader.preprocessors import (
     LimitOutput,
     OverwriteCells,
     OverwriteKernelspec,
-    SaveAutoGrades,
 )
 
 from autograder.pipeline import submission
 from autograder.pipeline.diagnoses import SaveDiagnoses
 from autograder.pipeline.feedback import TEMPLATES, BookLinks, FeedbackGrades, FeedbackHTML, OmitCheckCell
+from autograder.pipeline.grades import SaveGrades
 from autograder.pipeline.reader import SubmissionReader
 from autograder.pipeline.run import SandboxedExecute
 from autograder.pipeline.score import HiddenSuites
@@ -33,7 +34,7 @@ def configure(c):
     c.Autograde.sanitize_preprocessors = [ClearOutput, DeduplicateIds, OverwriteKernelspec, OverwriteCells,
                                           CheckCellMetadata]
     c.Autograde.autograde_preprocessors = [SandboxedExecute, IgnorePattern, HiddenSuites, ClearMetadataPreprocessor,
-                                           LimitOutput, SaveAutoGrades, SaveDiagnoses, AssignLatePenalties,
+                                           LimitOutput, SaveGrades, SaveDiagnoses, AssignLatePenalties,
                                            CheckCellMetadata]
     c.OverwriteCells.add_missing_cells = True
     c.ClearMetadataPreprocessor.preserve_nb_metadata_mask = {("language_info", "name"), (RECORD,),
