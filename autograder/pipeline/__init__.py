@@ -2,7 +2,7 @@
 `configure(c)` (nbgrader_config.py): the submission read defensively (`reader`, `submission`), the notebook run in the
 sandbox (`run`), each graded cell scored by its hidden suite (`score`), the scores saved with the instructor's typed
 ones kept (`grades`), the verdicts saved as gradebook comments (`diagnoses`), learner output sanitized (`sanitize`),
-and the feedback pages (`feedback`)."""
+the feedback pages (`feedback`) and a line per graded notebook (`progress`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,6 +23,7 @@ from autograder.pipeline import submission
 from autograder.pipeline.diagnoses import SaveDiagnoses
 from autograder.pipeline.feedback import TEMPLATES, BookLinks, FeedbackGrades, FeedbackHTML, OmitCheckCell
 from autograder.pipeline.grades import SaveGrades
+from autograder.pipeline.progress import Progress
 from autograder.pipeline.reader import SubmissionReader
 from autograder.pipeline.run import SandboxedExecute
 from autograder.pipeline.score import HiddenSuites
@@ -35,7 +36,7 @@ def configure(c):
                                           CheckCellMetadata]
     c.Autograde.autograde_preprocessors = [SandboxedExecute, IgnorePattern, HiddenSuites, ClearMetadataPreprocessor,
                                            LimitOutput, SaveGrades, SaveDiagnoses, AssignLatePenalties,
-                                           CheckCellMetadata]
+                                           CheckCellMetadata, Progress]
     c.OverwriteCells.add_missing_cells = True
     c.ClearMetadataPreprocessor.preserve_nb_metadata_mask = {("language_info", "name"), (RECORD,),
                                                              (submission.PROBLEMS,)}
