@@ -2,7 +2,8 @@
 `configure(c)` (nbgrader_config.py): the submission read defensively (`reader`, `submission`), the notebook run in the
 sandbox (`run`), each graded cell scored by its hidden suite (`score`), the scores saved with the instructor's typed
 ones kept (`grades`), the verdicts saved as gradebook comments (`diagnoses`), learner output sanitized (`sanitize`),
-the feedback pages (`feedback`) and a line per graded notebook (`progress`)."""
+the feedback pages (`feedback`), a line per graded notebook (`progress`), and the grades exported for an LMS
+(`export`)."""
 from __future__ import annotations
 
 from pathlib import Path
