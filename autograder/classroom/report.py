@@ -5,23 +5,18 @@
 Read from the gradebook (GRADEBOOK_URL, else the grading folder's SQLite file) and written into
 `<grading-dir>/report/<assignment>/` (also the last step of `autograder.classroom.classgrade`):
 
-- `scores.csv`     one row per learner: the score of each graded cell, the total (before any late penalty), the
-                   points, how late the submission was and its penalty, and the status: `graded`, `waiting for
-                   manual grading` (a flagged cell has no typed score yet: the total is provisional), or for a
-                   learner whose grading failed `grader error: <reason>` (the grader could not grade it) or
-                   `not graded: <reason>` (nothing to grade), and no total;
-- `diagnoses.csv`  the misconceptions, most learners first, then most points lost: for each graded cell, each
-                   mistake (the diagnoses it gives, numbers aside), how many learners made it (which ones), the
-                   points it cost them in all and on average, and the section of the book that teaches it;
+- `scores.csv`     one row per learner: each graded cell's score, the total (before any late penalty), the points,
+                   how late and the penalty, the status (`graded`, `waiting for manual grading`: the total is
+                   provisional, `grader error: <reason>` or `not graded: <reason>`: no total);
+- `diagnoses.csv`  the misconceptions, most learners first, then most points lost: a graded cell's mistake (its
+                   diagnoses, numbers aside), who made it, the points it cost, the book's section that teaches it;
 - `histogram.png`  the histogram of total scores;
-- `report.html`    one self-contained page with the above, the cells flagged for manual grading (apart from the
-                   misconceptions: a flag is the grader's doubt, not the learner's mistake) and the grading notes
-                   (the image inlined, no other file or host; the book's sections linked where
-                   `c.BookLinks.url` in nbgrader_config.py says the book is published, else in `_build/html`).
+- `report.html`    one self-contained page with the above, the cells flagged for manual grading (apart: a flag is the
+                   grader's doubt, not a mistake) and the grading notes; the book linked where `c.BookLinks.url` says
+                   it is published, else in `_build/html`.
 
-The diagnoses come from the grading record that each autograded notebook holds (the verdicts, as
-data: `autograder.verdict.record.Grading`), never from re-reading the text of a comment; so do the flags and the
-grading notes (protections or measurements a grading lacked, a notebook the grader had to repair).
+All comes from the grading record each autograded notebook holds (`autograder.verdict.record.Grading`), never from
+re-reading the text of a comment.
 """
 from __future__ import annotations
 
