@@ -67,6 +67,33 @@ OVERFLOW = r"""() => {
     return {code: code.length, math: math.length, overflowing: [...code, ...math].filter(wide).map(say)};
 }"""
 
+# After OVERFLOW (toggles open): each line of code that wraps, and where its continuation starts against where its
+# text starts (its indentation included); a continuation must hang at the line's indentation and 4 characters more.
+HANGING = r"""() => {
+    const lines = [...document.querySelectorAll("div.cell div.highlight pre span.line")];
+    const wrapped = [], flat = [];
+    for (const line of lines) {
+        const range = document.createRange();
+        range.selectNodeContents(line);
+        const rects = [...range.getClientRects()].filter(r => r.width > 0);
+        const tops = [...new Set(rects.map(r => Math.round(r.top)))].sort((a, b) => a - b);
+        if (tops.length < 2 || !line.textContent.trim()) continue;
+        const probe = document.createElement("span");
+        probe.textContent = "0".repeat(40);
+        line.closest("pre").appendChild(probe);
+        const ch = probe.getBoundingClientRect().width / 40;
+        probe.remove();
+        const left = Math.min(...rects.filter(r => Math.round(r.top) === tops[0]).map(r => r.left));
+        const next = Math.min(...rects.filter(r => Math.round(r.top) !== tops[0]).map(r => r.left));
+        const indent = line.textContent.length - line.textContent.trimStart().length;
+        const say = `${line.textContent.trim().slice(0, 60)}: continues ${((next - left) / ch).toFixed(1)} ch in, ` +
+                    `indented ${indent}`;
+        wrapped.push(say);
+        if (next - left < (indent + 4) * ch - 1) flat.push(say);
+    }
+    return {lines: lines.length, wrapped, flat};
+}"""
+
 # --- the site, the server and the browser ----------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -152,6 +179,7 @@ def visit(context, server):
             shot = SHOTS / f"{Path(name).name}.png"
             page.screenshot(path=shot, full_page=True)
             seen["overflow"] = page.evaluate(OVERFLOW)
+            seen["hanging"] = page.evaluate(HANGING)
             _visits[name] = dict(seen, status=response.status if response else None, url=page.url,
                                  errors=watch.errors, external=watch.external, failed=watch.failed,
                                  shot=shot)
@@ -297,6 +325,21 @@ def test_no_code_or_math_is_wider_than_the_page(visit, name):
     if name != "book/references":
         assert found["code"] + found["math"] > 0, f"{name}: no code block or formula was measured"
     assert not found["overflowing"], f"{name}: wider than the page:\n" + "\n".join(found["overflowing"])
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_wrapped_code_keeps_its_indentation(visit, name):
+    """A line of code too long for the column wraps under itself, past its own indentation (a hanging indent), never
+    back to column 0, where it would read as another line of Python."""
+    found = visit(name)["hanging"]
+    if name != "book/references":
+        assert found["lines"] > 0, f"{name}: no line of code was measured"
+    assert not found["flat"], f"{name}: continuations not under their line:\n" + "\n".join(found["flat"])
+
+
+def test_some_code_line_wraps_at_1280_px(visit):
+    """The check above is not empty: at 1280 px the positional-encoding chapter has lines that wrap."""
+    assert visit("book/positional_encoding")["hanging"]["wrapped"]
 
 
 @pytest.mark.parametrize("name", PAGES)
