@@ -371,6 +371,39 @@ def test_search_finds_the_chapter(context, server, word):
 
 # --- the interactive graph of the whole network (book/network_graph.md) -----------------------------------------
 
+# The details panel and the search box of the graph page, as drawn: the panel's width, whether every key of the node's
+# table is on one line, and whether the search box shows its whole placeholder.
+PANEL = r"""() => {
+    const info = document.querySelector(".graph-info"), search = document.querySelector(".graph-search");
+    const lines = el => { const r = document.createRange(); r.selectNodeContents(el);
+                          return new Set([...r.getClientRects()].map(x => Math.round(x.top))).size; };
+    const ctx = document.createElement("canvas").getContext("2d");
+    const style = getComputedStyle(search);
+    ctx.font = style.font;
+    const room = search.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    return {width: info.getBoundingClientRect().width,
+            keys_on_one_line: [...info.querySelectorAll("td:first-child")].every(td => lines(td) === 1),
+            placeholder: ctx.measureText(search.placeholder).width, room: room};
+}"""
+
+
+def test_graph_page_panel_and_search_fit_at_1280_px(context, server):
+    """At 1280 px the details panel is wide enough for its keys (each on one line) and the search box shows its
+    whole placeholder."""
+    page = context.new_page()
+    try:
+        page.goto(server.url + "book/network_graph.html", wait_until="load")
+        page.wait_for_selector(".graph-explorer[data-drawn='1']")
+        page.locator(".graph-view g.node", has_text="blocks.0 · TransformerBlock").click()
+        page.wait_for_selector(".graph-explorer[data-drawn='2']")
+        page.locator(".graph-view g.node", has_text="masked_fill").first.click()
+        seen = page.evaluate(PANEL)
+    finally:
+        page.close()
+    assert seen["width"] >= 280 and seen["keys_on_one_line"], seen
+    assert seen["placeholder"] <= seen["room"], seen
+
+
 def test_graph_page_folds_a_group_shows_a_node_and_searches(context, server):
     page = context.new_page()
     watch = Watch(page)
@@ -403,9 +436,17 @@ def test_graph_page_folds_a_group_shows_a_node_and_searches(context, server):
         box, view = info.bounding_box(), page.locator(".graph-view").bounding_box()
         assert box and view and box["x"] >= view["x"] + view["width"] - 1, (box, view)    # beside the graph
         assert 0 <= box["y"] < page.viewport_size["height"], box                          # and in sight
-        page.click("button[data-part=backward]")
+        assert page.evaluate(PANEL)["keys_on_one_line"], page.evaluate(PANEL)
+        page.click("button.graph-expand")                      # everything drawn: the node still shown, and marked
         drawn(5)
+        assert "aten.masked_fill" in info.inner_text() and page.locator(".graph-view g.graph-selected").count() == 1
+        page.click("button.graph-collapse")                    # the node folded away: the panel says what to do
+        drawn(6)
+        assert info.inner_text() == "Click a node to see what it computes."
+        page.click("button[data-part=backward]")
+        drawn(7)
         assert page.locator(".graph-view g.node", has_text="AddBackward0").count() >= 4
+        assert info.inner_text() == "Click a node to see what it computes."
     finally:
         page.close()
     assert not watch.errors, "console errors:\n" + "\n".join(watch.errors)
