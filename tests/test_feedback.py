@@ -272,10 +272,14 @@ def test_math_is_typeset_ahead_and_learner_tex_draws_only_symbols(monkeypatch):
     assert "<defs>" in cache and "<path" in cache
     assert not re.search(r"<a\b|javascript|href=\"[^#]|style=\"color", svgs[1]), svgs[1]
     f = feedback.Formulas()
-    page = f"<body><p>{f.mark(tex[0], False)}</p></body>"
-    assert "<svg" in f.typeset(page, logging.getLogger()) and "mathjax-" not in f.typeset(page, logging.getLogger())
+    mark = f.mark(tex[0], False)
+    page = f'<body><h2 id="Why-{mark}">Why {mark}</h2></body>'           # a heading's anchor is made from its text
+    done = f.typeset(page, logging.getLogger())
+    assert done.startswith('<body>\n<svg id="MJX-SVG-global-cache"') and "mathjax-" not in done
+    assert '<h2 id="Why-$\\sqrt{d_\\text{model}}$">Why <mjx-container' in done, done[:300]
     monkeypatch.setattr(feedback, "TYPESET_TIMEOUT", 0.001)
-    assert f.typeset(page, logging.getLogger()) == "<body><p>$\\sqrt{d_\\text{model}}$</p></body>"
+    assert f.typeset(page, logging.getLogger()) == ('<body><h2 id="Why-$\\sqrt{d_\\text{model}}$">'
+                                                    'Why $\\sqrt{d_\\text{model}}$</h2></body>')
 
 
 INJECTED = """<script>window.pwned = 'inline'; console.log('PWNED inline')</script>

@@ -57,7 +57,8 @@ class FeedbackHTML(HTMLExporter):
 
 class Formulas:
     """The formulas of one page: each gets a mark no one else can write (a random nonce), then all are typeset by
-    one run of node and put in place of their marks, with the glyphs they share once, at the top of the body."""
+    one run of node and put in place of their marks in the page's text, with the glyphs they share once, at the top of
+    the body; a mark inside a tag (a heading's anchor, made from its text) becomes the formula's TeX."""
 
     def __init__(self):
         self.nonce = secrets.token_hex(16)
@@ -70,18 +71,25 @@ class Formulas:
     def typeset(self, page: str, log) -> str:
         if not self.items:
             return page
+        tex = [("$$%s$$" if display else "$%s$") % source for source, display in self.items]
         try:
             svgs, cache = typeset(self.items)
         except TypesetError as e:              # the page's TeX (a learner's, perhaps): the math is shown as its TeX
             log.warning("the math of this page was not typeset (%s): it is shown as TeX", e)
-            svgs = [html.escape(("$$%s$$" if display else "$%s$") % tex) for tex, display in self.items]
-            cache = ""
-        for i, svg in enumerate(svgs):
-            page = page.replace(f"mathjax-{self.nonce}-{i}-", svg)
+            svgs, cache = [html.escape(t) for t in tex], ""
+        mark = re.compile(f"mathjax-{self.nonce}-(\\d+)-")
+        parts = TAG.split(page)                # text, tag, text, ...: no tag holds a '>' of its own (escaped)
+        for i, part in enumerate(parts):
+            found = svgs if i % 2 == 0 else [html.escape(t, quote=True) for t in tex]
+            parts[i] = mark.sub(lambda m, found=found: found[int(m.group(1))], part)
+        page = "".join(parts)
         if cache:
             defs = f'<svg id="MJX-SVG-global-cache" style="display: none">{cache}</svg>'
             page = page.replace("<body>", f"<body>\n{defs}", 1)
         return page
+
+
+TAG = re.compile(r"(<[^>]*>)")
 
 
 class MathMarks(IPythonRenderer):
