@@ -401,6 +401,8 @@ def test_the_report_says_what_to_reteach_and_who_waits(tmp_path):
     assert by["dee"].status == grade.WAITING and by["dee"].waiting == ["alibi_bias_tests"]
     assert report._status(by["dee"]) == "waiting for manual grading: alibi_bias (the total is provisional)"
     assert report._late(by["bob"]) == "1.5 h late, penalty 1" and report._late(by["cy"]) == ""
+    _, failed = grade.by_learner(rows, {"dee": "grader error: exit code 1"}, order)     # a failure says so, first
+    assert report._status(next(x for x in failed if x.learner == "dee")) == "grader error: exit code 1"
     page = report.render_html(ASG, cells, lines, diagnoses, flags, [], b"", {
         c: [(t, report.section_href(link, "", out)) for t, link in found] for c, found in sections.items()})
     assert page.index("sin and cos are swapped") < page.index("the pairs are not rotated")
