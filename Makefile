@@ -6,6 +6,7 @@ PY     := $(BIN)/python
 ASSIGNMENTS := $(notdir $(wildcard solutions/*))
 CHROMIUM ?= /usr/bin/chromium
 VIZ_JS := book/_static/viz-global.js
+NODE := node_modules/.package-lock.json
 LABEXT := labextension
 LABEXT_NODE := $(LABEXT)/node_modules/.package-lock.json
 LABEXT_BUILT := $(LABEXT)/dist/package.json
@@ -48,14 +49,12 @@ criteria: install
 exercises: criteria
 	$(PY) -m autograder.authoring.release $(ASSIGNMENTS)
 
-# Grade the bundled example class with the real nbgrader, print the gradebook, and write the class report of each
-# assignment the class submits into <grading>/report/<assignment>/ (report.html, scores.csv, diagnoses.csv, histogram.png).
-GRADING = $(abspath $(or $(GRADING_DIR),_build/grading))
-EXAMPLE_ASSIGNMENTS = $(filter $(ASSIGNMENTS),$(shell $(PY) -c 'from autograder.classroom.grade_examples import roster; \
-                      print(*sorted({a for answers in roster().values() for a in answers}))'))
-grade: install
-	$(PY) -m autograder.classroom.grade_examples $(ASSIGNMENTS) --grading-dir $(GRADING)
-	$(PY) -m autograder.classroom.report $(EXAMPLE_ASSIGNMENTS) --grading-dir $(GRADING)
+# Grade the bundled example class with the real nbgrader, print its gradebook, and write the class report of each
+# assignment it submits, all in its own folder and gradebook, _build/examples: never the course's grading folder
+# (_build/grading, or GRADING_DIR), which nbgrader's commands use for the instructor's own class. The feedback pages'
+# math is typeset by MathJax in node (npm's mathjax).
+grade: install $(NODE)
+	$(PY) -m autograder.classroom.grade_examples --grading-dir _build/examples
 
 # The browser that tests/test_site.py drives: Debian's Chromium, installed when missing.
 $(CHROMIUM):
@@ -74,9 +73,9 @@ graphviz:
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz; }
 
-# What the project takes from npm, pinned in package-lock.json: Graphviz compiled to WebAssembly, and JupyterHub's
-# proxy (configurable-http-proxy), which tests/test_hub.py runs in front of a real hub.
-NODE := node_modules/.package-lock.json
+# What the project takes from npm, pinned in package-lock.json: Graphviz compiled to WebAssembly, JupyterHub's proxy
+# (configurable-http-proxy), which tests/test_hub.py runs in front of a real hub, and MathJax, which typesets the
+# feedback pages' math when they are written.
 $(NODE): package.json package-lock.json | npm
 	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
 

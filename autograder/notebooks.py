@@ -16,6 +16,7 @@ from autograder import ROOT
 
 SOLUTIONS = ROOT / "solutions"
 TESTS_SUFFIX = "_tests"
+CHECK_CELL = "check_my_work"      # the cell id of the release's `check()` (autograder/authoring/check_client.py)
 
 
 def nbgrader_meta(cell) -> dict:

@@ -1,6 +1,9 @@
 """What the project's tests share: the course's paths and assignments, its secrets and the search for them, the
-browser's settings, a polled measure of processes' memory, and a learner's check() run in a real kernel."""
+browser's settings, a polled measure of processes' memory, a learner's check() run in a real kernel, and grade books
+read as the LMS that imports them reads them."""
+import csv
 import importlib.util
+import io
 import os
 import re
 import threading
@@ -123,3 +126,68 @@ def run_check_cell(assignment: str, folder: Path) -> str:
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell.source), nbformat.v4.new_code_cell("check()")])
     NotebookClient(nb, timeout=600, resources={"metadata": {"path": str(folder)}}).execute()
     return "".join(o.get("text", "") for o in nb.cells[1].outputs)
+
+
+CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+
+
+def canvas_import(text: str) -> dict:
+    """A grade-book CSV read as Canvas's Gradebook import reads it: the columns Student, ID, SIS User ID, SIS Login
+    ID and Section first, then one per assignment, `Name (id)` for an existing Canvas assignment or `Name` for a new
+    one; a first row `Points Possible` may give each assignment's points; a learner is found by ID, else SIS User ID,
+    else SIS Login ID; a score is a number or empty (no change). {"assignments": [(name, id)], "points": {name:
+    points}, "learners": {identifier: {name: score or None}}}; an AssertionError says what Canvas would refuse."""
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows and rows[0][:5] == CANVAS_COLUMNS, f"Canvas needs the columns {CANVAS_COLUMNS} first: {rows[:1]}"
+    assignments = [re.fullmatch(r"(.+?)(?: \((\d+)\))?", h).groups() for h in rows[0][5:]]
+    names = [name for name, _ in assignments]
+    assert len(set(names)) == len(names), f"an assignment twice: {names}"
+    points, learners = {}, {}
+    for row in rows[1:]:
+        assert len(row) == len(rows[0]), f"a row of {len(row)} cells under {len(rows[0])} columns: {row}"
+        if row[0].strip() == "Points Possible":
+            points = {name: float(v) for name, v in zip(names, row[5:])}
+            continue
+        who = row[1] or row[2] or row[3]
+        assert who, f"a row Canvas cannot match to a learner (no ID, SIS User ID or SIS Login ID): {row}"
+        assert who not in learners, f"{who} twice"
+        scores = {}
+        for name, value in zip(names, row[5:]):
+            assert value == "" or re.fullmatch(r"\d+(\.\d+)?", value), f"{who}: {name} = {value!r} is not a score"
+            scores[name] = float(value) if value else None
+        learners[who] = scores
+    return {"assignments": assignments, "points": points, "learners": learners}
+
+
+def moodle_import(text: str, users: set[str], identify_by: str = "Username", items: dict[str, float] | None = None,
+                  maximum: float = 100.0) -> dict:
+    """A grade import CSV read as Moodle's (grade/import/csv, gradeimport_csv_load_data) reads it, with the column
+    `identify_by` mapped to the users' usernames and each column named in `items` (grade item -> its maximum) mapped to
+    that grade item: the headers trimmed and unique; a row with an empty user field skipped; a user that does not exist
+    refused; a grade `-` or empty is no grade, else a number (a point as the decimal separator), at most the grade
+    point maximum (100) and the item's maximum. {username: {item: grade or None}}; an AssertionError says what Moodle
+    would refuse."""
+    rows = list(csv.reader(io.StringIO(text)))
+    header = [h.strip() for h in rows[0]]
+    assert len(set(header)) == len(header), f"duplicate column names: {header}"
+    assert identify_by in header, f"no column {identify_by!r} to identify users by: {header}"
+    items = items or {}
+    assert set(items) <= set(header), f"grade items without a column: {sorted(set(items) - set(header))}"
+    who_at = header.index(identify_by)
+    out: dict[str, dict] = {}
+    for row in rows[1:]:
+        user = row[who_at].strip()
+        if not user:
+            continue
+        assert user in users, f"usermappingerror: no user with username {user!r}"
+        grades = {}
+        for item, top in items.items():
+            value = row[header.index(item)].strip()
+            if value in ("", "-"):
+                grades[item] = None
+                continue
+            assert re.fullmatch(r"-?\d+(\.\d+)?", value), f"badgrade: {user} {item} = {value!r}"
+            assert float(value) <= min(maximum, top), f"gradevaluetoobig: {user} {item} = {value}"
+            grades[item] = float(value)
+        out[user] = grades
+    return out

@@ -315,7 +315,8 @@ def test_a_learner_stopped_over_time_leaves_no_sandbox_behind(tmp_path, monkeypa
 
 
 def test_the_report_counts_the_verdicts_as_recorded(tmp_path):
-    """Diagnoses come from the record in the autograded notebook, whole: one holding "; " stays one."""
+    """Diagnoses come from the record in the autograded notebook, whole: one holding "; " stays one; what the grader
+    had to repair in the notebook is a grading note, not a misconception."""
     a = "the scores are divided by d; divide by sqrt(d)"
     verdict = record.Verdict("rope_tests", 4.0, 1.0, checks=[record.Check("values", 1, False, a),
                                                              record.Check("shape", 1, True)])
@@ -326,14 +327,16 @@ def test_the_report_counts_the_verdicts_as_recorded(tmp_path):
     path.parent.mkdir(parents=True)
     nbformat.write(nb, str(path))
     rows = [grade.CellScore("ann", ASG, "rope_tests", 1.0, 4.0, "ignored: the comment is not re-read")]
-    diagnoses, notes = report.class_diagnoses(tmp_path, rows)
-    assert sorted((d["diagnosis"], d["who"]) for d in diagnoses) == [(a, ["ann"]), ("your file was repaired", ["ann"])]
-    assert notes == [{"note": "graded without: x", "learners": 1, "who": ["ann"]}]
+    diagnoses, flags, notes = report.class_diagnoses(tmp_path, rows)
+    assert [(d["diagnosis"], d["who"]) for d in diagnoses] == [(a, ["ann"])] and flags == []
+    assert notes == [{"note": "graded without: x", "learners": 1, "who": ["ann"]},         # a repair is a note too
+                     {"note": "your file was repaired", "learners": 1, "who": ["ann"]}]
 
 
 def test_the_report_counts_each_misconception_once(tmp_path):
-    """Two learners with one mistake (diagnoses that differ only in their numbers) make one row, counted twice; an
-    unanswered cell makes one row, whatever its other tests said; another mistake its own row."""
+    """Two learners with one mistake (diagnoses that differ only in their numbers) make one row, counted twice, and
+    ranked first; an unanswered cell makes one row, whatever its other tests said, ranked after every mistake; another
+    mistake its own row."""
     swapped = ["sin(50, 32) is wrong (largest error {}, allowed 1e-05): sin and cos are swapped", "row 0 is wrong ({})"]
     halves = ["sin(50, 32) is wrong (largest error 2, allowed 1e-05): not concatenated halves"]
     unanswered = ["must raise ValueError (it raised NotImplementedError)", "not implemented yet (it raises ...)"]
@@ -341,19 +344,70 @@ def test_the_report_counts_each_misconception_once(tmp_path):
                "dee": unanswered}
     rows = []
     for learner, diagnoses in answers.items():
-        verdict = record.Verdict("rope_tests", 4.0, 1.0, checks=[record.Check(f"t{i}", 1, False, d)
-                                                                 for i, d in enumerate(diagnoses)])
-        nb = nbformat.v4.new_notebook()
-        nb.metadata[record.RECORD] = record.Grading({"rope_tests": verdict}).to_dict()
-        path = tmp_path / "autograded" / learner / ASG / f"{ASG}.ipynb"
-        path.parent.mkdir(parents=True)
-        nbformat.write(nb, str(path))
+        _graded(tmp_path, learner, record.Verdict("rope_tests", 4.0, 1.0, checks=[
+            record.Check(f"t{i}", 1, False, d) for i, d in enumerate(diagnoses)]))
         rows.append(grade.CellScore(learner, ASG, "rope_tests", 1.0, 4.0, ""))
-    diagnoses, _ = report.class_diagnoses(tmp_path, rows)
-    assert sorted((d["who"], d["lost"]) for d in diagnoses) == [(["ann", "bob"], 3.0), (["cy"], 3.0), (["dee"], 3.0)]
+    diagnoses, _, _ = report.class_diagnoses(tmp_path, rows)
+    assert [(d["who"], d["lost"]) for d in diagnoses] == [(["ann", "bob"], 3.0), (["cy"], 3.0), (["dee"], 3.0)]
     by = {d["who"][0]: d["diagnoses"] for d in diagnoses}
     assert by["ann"][0].endswith("sin and cos are swapped")      # the one that names a cause first
     assert by["dee"] == ["not implemented yet (it raises ...)"]
+
+
+def _graded(tmp_path, learner: str, *verdicts: record.Verdict):
+    """An autograded notebook of `learner` holding the record of these verdicts."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata[record.RECORD] = record.Grading({v.grade_id: v for v in verdicts}).to_dict()
+    path = tmp_path / "autograded" / learner / ASG / f"{ASG}.ipynb"
+    path.parent.mkdir(parents=True)
+    nbformat.write(nb, str(path))
+
+
+def test_the_report_says_what_to_reteach_and_who_waits(tmp_path):
+    """Misconceptions ranked by how many learners made each, then by the points lost, each with the section of the
+    book its part's description names; a flagged cell's reason listed with the flags (and who still waits for a
+    typed score), not as a misconception; a learner waiting for a manual grade says so, with a provisional total, and
+    a late one says how late."""
+    swapped = record.Check("values", 2, False, "sin(50, 32) is wrong: sin and cos are swapped")
+    unrotated = record.Check("values", 1, False, "rope(x) is wrong: the pairs are not rotated")
+    why = "the grader could not tell what getattr(torch, name) calls"
+    flagged = record.Verdict("alibi_bias_tests", 3.0, 3.0, record.FLAGGED, [record.Check("values", 1, True)], [why])
+    _graded(tmp_path, "ann", record.Verdict("rope_tests", 4.0, 0.0, checks=[unrotated]))
+    for learner in ("bob", "cy"):
+        _graded(tmp_path, learner, record.Verdict("sinusoidal_encoding_tests", 4.0, 1.33,
+                                                  checks=[swapped, record.Check("shape", 1, True)]))
+    _graded(tmp_path, "dee", flagged)
+    rows = [grade.CellScore("ann", ASG, "rope_tests", 0.0, 4.0, ""),
+            grade.CellScore("bob", ASG, "sinusoidal_encoding_tests", 1.33, 4.0, "", seconds_late=5400.0, penalty=1.0),
+            grade.CellScore("cy", ASG, "sinusoidal_encoding_tests", 1.33, 4.0, ""),
+            grade.CellScore("dee", ASG, "alibi_bias_tests", 3.0, 3.0, "", needs_manual_grade=True)]
+    order = report.cell_order(tmp_path, ASG)
+    diagnoses, flags, _ = report.class_diagnoses(tmp_path, rows, order)
+    assert [(d["cell"], d["who"], d["total"]) for d in diagnoses] == [
+        ("sinusoidal_encoding_tests", ["bob", "cy"], 5.34), ("rope_tests", ["ann"], 4.0)]      # 2 learners first
+    assert not [d for d in diagnoses if why in d["diagnosis"]]
+    assert flags == [{"cell": "alibi_bias_tests", "why": [why], "learners": 1, "who": ["dee"], "waiting": ["dee"]}]
+    sections = report.book_sections(tmp_path, ASG)
+    assert sections["sinusoidal_encoding_tests"] == [("Positional encoding › Sinusoidal encodings",
+                                                      "../../_build/html/book/positional_encoding.html"
+                                                      "#sinusoidal-encodings")]
+    out = tmp_path / "report" / ASG
+    href = report.section_href(sections["rope_tests"][0][1], "", out)
+    assert (out / href.split("#")[0]).resolve() == report.ROOT / "_build" / "html" / "book" / "positional_encoding.html"
+    assert report.section_href(sections["rope_tests"][0][1], "https://example.org/course", out) == \
+        "https://example.org/course/book/positional_encoding.html#rope"
+    cells, lines = grade.by_learner(rows, order=order)
+    by = {x.learner: x for x in lines}
+    assert by["dee"].status == grade.WAITING and by["dee"].waiting == ["alibi_bias_tests"]
+    assert report._status(by["dee"]) == "waiting for manual grading: alibi_bias (the total is provisional)"
+    assert report._late(by["bob"]) == "1.5 h late, penalty 1" and report._late(by["cy"]) == ""
+    _, failed = grade.by_learner(rows, {"dee": "grader error: exit code 1"}, order)     # a failure says so, first
+    assert report._status(next(x for x in failed if x.learner == "dee")) == "grader error: exit code 1"
+    page = report.render_html(ASG, cells, lines, diagnoses, flags, [], b"", {
+        c: [(t, report.section_href(link, "", out)) for t, link in found] for c, found in sections.items()})
+    assert page.index("sin and cos are swapped") < page.index("the pairs are not rotated")
+    assert "positional_encoding.html#sinusoidal-encodings\">Positional encoding › Sinusoidal encodings</a>" in page
+    assert "4 learners graded (1 waiting for a manual grade, 1 late), 0 not graded." in page
 
 
 def test_a_failure_is_a_grader_error_unless_nothing_was_submitted():

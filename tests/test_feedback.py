@@ -4,13 +4,15 @@ learner's notebook outputs is capped on both sides of the sandbox.
 A learner whose cells display a script as HTML, as JavaScript, inside an SVG, in an `<img onerror>`, in a
 markdown cell and in an exception message is graded with the real `nbgrader autograde` and
 `generate_feedback`; the feedback is opened in Debian's Chromium (Playwright, as in test_site.py),
-from the file and over HTTP, and nothing of the learner's may run while the course's math renders.
-The Content-Security-Policy is tested on its own too, on a feedback page where a sanitizer had missed
-everything.  A learner whose kernel tries to write 300,000 outputs straight into the grader's pipe (the
+from the file and over HTTP, and nothing of the learner's may run while the course's math shows, typeset ahead:
+the page runs no script at all. The Content-Security-Policy is tested on its own too, on a feedback page where a
+sanitizer had missed everything. A page is read as a learner reads it: tens of kilobytes, the `check()` cell left
+out, each failure said once.  A learner whose kernel tries to write 300,000 outputs straight into the grader's pipe (the
 notebook client is not dumpable: it cannot) and floods the client with 20,000 outputs is graded beside a normal
 learner: the trusted processes' memory and the feedback stay those of a normal learner.  A learner whose cells
 display an image of 1.9 MiB each passes the notebook's limit (8 MiB): the rest is not kept, and says so.
 """
+import html
 import json
 import re
 import threading
@@ -23,6 +25,7 @@ from helpers import CHROMIUM, CHROMIUM_ARGS, SUITE, peak_memory
 
 from autograder.authoring import variants
 from autograder.classroom import grade
+from autograder.verdict.record import Grading, record
 
 pytestmark = pytest.mark.xdist_group("feedback")
 ASG = "positional_encoding"
@@ -132,13 +135,16 @@ def served(graded):
 
 
 OPENED = """async () => {
-    if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
     for (const a of document.querySelectorAll('a[href^="javascript:"]')) a.click();
     await new Promise(r => setTimeout(r, 500));
     return {
         title: document.title,
         pwned: window.pwned === undefined ? null : String(window.pwned),
-        math: document.querySelectorAll("mjx-container").length,
+        math: document.querySelectorAll("mjx-container > svg").length,
+        math_drawn: [...document.querySelectorAll("mjx-container > svg")].filter(s => {
+            const b = s.getBoundingClientRect();
+            return b.width > 0 && b.height > 0 && s.querySelector("use");
+        }).length,
         inline_scripts: document.querySelectorAll("script:not([src])").length,
         scripts: [...document.querySelectorAll("script[src]")].map(s => s.src),
         handlers: document.querySelectorAll("[onerror],[onload],[onclick],[onmouseover]").length,
@@ -149,7 +155,7 @@ OPENED = """async () => {
 
 
 def _open(browser, url):
-    """Open a page, record what it logs, asks for and blocks; return what it holds once MathJax is done."""
+    """Open a page, record what it logs, asks for and blocks; return what it holds."""
     ctx = browser.new_context(service_workers="block")
     asked, logged, dialogs = [], [], []
     ctx.route("**/*", lambda route: (asked.append(route.request.url),
@@ -173,7 +179,7 @@ def _nothing_ran(seen):
     assert seen["pwned"] is None, seen["pwned"]
     assert not [m for m in seen["logged"] if "PWNED" in m] and not seen["dialogs"], seen["logged"]
     assert not [u for u in seen["asked"] if "leak.invalid" in u], seen["asked"]
-    assert seen["math"] > 0, "the course's math did not render"
+    assert seen["math"] > 0 and seen["math_drawn"] == seen["math"], "the course's math did not render"
 
 
 @pytest.mark.parametrize("how", ["file", "http"])
@@ -182,7 +188,7 @@ def test_no_learner_script_runs_in_the_feedback(graded, browser, served, how):
     url = _page(d, "mallory").as_uri() if how == "file" else f"{served}/mallory/{ASG}/{ASG}.html"
     seen = _open(browser, url)
     _nothing_ran(seen)
-    assert seen["inline_scripts"] == 2 and seen["handlers"] == 0, seen         # MathJax's configuration, MathJax
+    assert seen["inline_scripts"] == 0 and seen["handlers"] == 0, seen         # the page runs no script at all
     assert not seen["scripts"], seen["scripts"]
     assert seen["violations"] == [], "the sanitized page itself breaks its policy"
     # The exception message reaches the learner as the text it was, in the gradebook comment.
@@ -191,12 +197,13 @@ def test_no_learner_script_runs_in_the_feedback(graded, browser, served, how):
 
 def test_a_feedback_page_opens_on_its_own(graded, browser, tmp_path):
     """nbgrader's release_feedback hands a learner the page alone: moved away from the grading folder, its math
-    still renders, it asks for no other file, and no link points into a clone of the course."""
+    still shows (typeset ahead, in the page), it asks for no other file, and no link points into a clone of the
+    course."""
     page = tmp_path / "alone" / f"{ASG}.html"
     page.parent.mkdir()
     page.write_text(_page(graded[0], "normal").read_text())
     seen = _open(browser, page.as_uri())
-    assert seen["math"] > 0 and seen["violations"] == [], seen["violations"]
+    assert seen["math"] > 0 and seen["math_drawn"] == seen["math"] and seen["violations"] == [], seen["violations"]
     assert seen["asked"] == [page.as_uri()], seen["asked"]
     assert not re.search(r'href="[^"]*_build/html', page.read_text())
 
@@ -204,7 +211,8 @@ def test_a_feedback_page_opens_on_its_own(graded, browser, tmp_path):
 def test_the_feedback_agrees_with_the_instructor_s_score(graded, tmp_path):
     """A score and a comment the instructor gives in formgrader (written to the gradebook as formgrader writes them):
     the page's header, the graded cell's output and its comment all say the instructor's score, and the grader's
-    diagnosis stays beside the instructor's comment; no page carries grader jargon or nbgrader's warnings."""
+    diagnosis stays in the graded cell's output, once, not again beside the instructor's comment; no page carries
+    grader jargon or nbgrader's warnings."""
     import shutil
 
     from nbgrader.api import Gradebook
@@ -218,13 +226,60 @@ def test_the_feedback_agrees_with_the_instructor_s_score(graded, tmp_path):
         gb.db.commit()
     f = grade.feedback(d, ASG, capture_output=True, text=True)
     assert f.returncode == 0 and "not recognized" not in f.stderr, f.stderr[-3000:]
-    html = _page(d, "mallory").read_text()
-    assert "rope_tests: 1 / 4 points (given by your instructor; the grader&#x27;s automatic score" in html or \
-        "rope_tests: 1 / 4 points (given by your instructor; the grader's automatic score" in html, html[-3000:]
-    assert "Your instructor gave this part 1 / 4 points" in html and "see me about the rotation" in html
-    assert "The grader:" in html
+    shown = _page(d, "mallory").read_text()
+    assert "rope_tests: 1 / 4 points (given by your instructor; the grader&#x27;s automatic score" in shown or \
+        "rope_tests: 1 / 4 points (given by your instructor; the grader's automatic score" in shown, shown[-3000:]
+    assert "Your instructor gave this part 1 / 4 points" in shown and "see me about the rotation" in shown
+    assert "The grader:" not in shown and _said_once(d, "mallory", "rope_tests", shown)
     for page in (d / "feedback").rglob("*.html"):
         assert "graded without" not in page.read_text(), page
+
+
+def test_a_page_says_each_failure_once_and_runs_no_script(graded):
+    """The page is tens of kilobytes and holds no script (its math is typeset ahead, as SVG); it leaves out the
+    `check()` cell (the course's code, the same for everyone); each failed check of a graded cell is said once, in the
+    graded cell's output, with its cost, and not again as a comment under the learner's answer."""
+    d = graded[0]
+    sizes = {who: _page(d, who).stat().st_size for who in ("normal", "mallory")}
+    print(f"\nfeedback pages: {', '.join(f'{who} {n / 1024:.0f} KiB' for who, n in sizes.items())}")
+    assert max(sizes.values()) < 200 * 1024, sizes
+    page = _page(d, "mallory").read_text()
+    text = html.unescape(page)
+    assert _said_once(d, "mallory", "rope_tests", page)
+    assert "<script" not in page and "mjx-container" in page
+    assert "def check(" not in text and "COURSE_CHECK_URL" not in text and "Comments:" not in text
+
+
+def _said_once(d, learner: str, cell: str, page: str) -> bool:
+    """Whether the page says each failure the grading recorded for `cell` exactly once."""
+    nb = nbformat.read(str(d / "autograded" / learner / ASG / f"{ASG}.ipynb"), as_version=4)
+    failed = Grading.from_dict(record(nb)).verdicts[cell].failed
+    text = html.unescape(page)
+    assert failed, f"{learner}'s {cell} failed nothing"
+    return all(text.count(diagnosis) == 1 for diagnosis in failed)
+
+
+def test_math_is_typeset_ahead_and_learner_tex_draws_only_symbols(monkeypatch):
+    """MathJax in node turns TeX into SVG; a learner's TeX draws symbols and nothing else (no link, no style, no
+    extension loaded); when MathJax cannot finish in time, the formulas stay readable as their TeX."""
+    import logging
+
+    from autograder.pipeline import feedback
+
+    tex = [r"\sqrt{d_\text{model}}", r"\href{javascript:alert(1)}{x} \require{html} \style{color:red}{y}"]
+    svgs, cache = feedback.typeset([(tex[0], True), (tex[1], False)])
+    assert svgs[0].startswith("<mjx-container") and 'display="true"' in svgs[0] and "<svg" in svgs[0]
+    assert "<defs>" in cache and "<path" in cache
+    assert not re.search(r"<a\b|javascript|href=\"[^#]|style=\"color", svgs[1]), svgs[1]
+    f = feedback.Formulas()
+    mark = f.mark(tex[0], False)
+    page = f'<body><h2 id="Why-{mark}">Why {mark}</h2></body>'           # a heading's anchor is made from its text
+    done = f.typeset(page, logging.getLogger())
+    assert done.startswith('<body>\n<svg id="MJX-SVG-global-cache"') and "mathjax-" not in done
+    assert '<h2 id="Why-$\\sqrt{d_\\text{model}}$">Why <mjx-container' in done, done[:300]
+    monkeypatch.setattr(feedback, "TYPESET_TIMEOUT", 0.001)
+    assert f.typeset(page, logging.getLogger()) == ('<body><h2 id="Why-$\\sqrt{d_\\text{model}}$">'
+                                                    'Why $\\sqrt{d_\\text{model}}$</h2></body>')
 
 
 INJECTED = """<script>window.pwned = 'inline'; console.log('PWNED inline')</script>
@@ -239,12 +294,12 @@ INJECTED = """<script>window.pwned = 'inline'; console.log('PWNED inline')</scri
 
 def test_the_policy_holds_for_what_a_sanitizer_would_miss(graded, browser):
     """The normal learner's feedback with scripts written into its body after sanitizing: the page's
-    Content-Security-Policy alone stops every one, and MathJax still typesets the course's math."""
+    Content-Security-Policy alone stops every one, and the course's math still shows."""
     d = graded[0]
-    html = _page(d, "normal").read_text()
-    end = html.rindex("</body>")
+    source = _page(d, "normal").read_text()
+    end = source.rindex("</body>")
     page = _page(d, "normal", "injected")
-    page.write_text(html[:end] + INJECTED + html[end:])
+    page.write_text(source[:end] + INJECTED + source[end:])
     seen = _open(browser, page.as_uri())
     _nothing_ran(seen)
     assert {"script-src-elem", "script-src-attr"} <= set(seen["violations"]), seen["violations"]

@@ -1,12 +1,15 @@
-"""The README's "For instructors", run as written: one assignment from release to export, with real nbgrader.
+"""The README's "For instructors", run as written after `make`: one assignment from release to export, with real
+nbgrader.
 
 A scratch course (this course's `nbgrader_config.py` with the README's configuration lines added, its
-`solutions/positional_encoding/`) releases `positional_encoding` with a due date; one learner fetches and submits
-it through the exchange (their id is this machine's user name) and two come from an LMS's zip through
-`zip_collect`, one on time with a bug, one late; then autograde, feedback, the class report, feedback back
-through the exchange, and the export with a learner who never submitted.  Formgrader is started as the README
-says and answers over HTTP; a cell flagged for manual grading stays flagged until a score is typed for it.
-Every command is taken from the README's text (a test fails when the README stops saying it); only the
+`solutions/positional_encoding/`) first has `make`'s example class graded in it, by the Makefile's own recipe, then
+releases `positional_encoding` with a due date; one learner fetches and submits it through the exchange (their id is
+this machine's user name) and two come from an LMS's zip through `zip_collect`, one on time with a bug, one late; then
+autograde, feedback, the class report, feedback back through the exchange, and the exports (nbgrader's, Canvas's and
+Moodle's, each read as its LMS reads it) with a learner who never submitted: everywhere only this class's learners.
+Formgrader is started as the README says and answers over HTTP; a cell flagged for manual grading stays flagged until
+a score is typed for it, and the typed score and its status stay when every submission is graded again after a change
+of due date. Every command is taken from the README's text (a test fails when the README stops saying it); only the
 exchange's folder is moved to a temporary one.
 """
 import csv
@@ -25,7 +28,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from helpers import ROOT
+from helpers import ROOT, canvas_import, moodle_import
 from nbgrader.api import Gradebook
 
 from autograder.authoring import variants
@@ -45,6 +48,15 @@ GUIDE = README[_start:README.index("\n## ", _start)]
 def documented(cmd: str) -> str:
     assert cmd in GUIDE, f"README's For instructors no longer says: {cmd}"
     return cmd
+
+
+def make_grade() -> str:
+    """The command `make` runs to grade the example class: the recipe of the Makefile's `grade`, as `make -n` says."""
+    r = subprocess.run(["make", "-n", "-s", "grade"], cwd=ROOT, capture_output=True, text=True, check=True)
+    [line] = [ln for ln in r.stdout.splitlines() if "grade_examples" in ln]
+    python, rest = line.split(" ", 1)
+    assert Path(python).name.startswith("python"), line
+    return f"{sys.executable} {rest}"
 
 
 def config_lines() -> str:
@@ -113,6 +125,8 @@ def course(tmp_path_factory):
     c = Course(tmp_path_factory.mktemp("instructor-guide"))
     t0 = time.monotonic()
     out = {}
+    # `make` first: the example class, graded as the Makefile grades it, from the course's root
+    out["make"] = c.run(make_grade())
     # release, with the due date
     c.run(documented(f"nbgrader generate_assignment {ASG} --force"))
     c.run(documented(f'nbgrader db assignment add {ASG} --duedate="2026-12-15 17:00:00 Europe/Berlin"'))
@@ -138,9 +152,12 @@ def course(tmp_path_factory):
     c.run(documented(f"nbgrader release_feedback {ASG} --CourseDirectory.student_id_exclude=ben,cleo"))
     c.run(documented(f"nbgrader fetch_feedback {ASG} --course=inside-the-transformer --Exchange.root={EXCHANGE}"),
           learner=True)
-    # a learner who never submitted, and the export
+    # a learner who never submitted, and the exports
     c.run(documented("nbgrader db student add ID").replace("ID", "dev"))
     c.run(documented("nbgrader export --to=_build/grading/grades.csv"))
+    for lms in ("Canvas", "Moodle"):
+        c.run(documented(f"nbgrader export --exporter=autograder.pipeline.export.{lms}Export "
+                         f"--to=_build/grading/{lms.lower()}.csv"))
     out["seconds"] = time.monotonic() - t0
     print(f"\nthe README's round for {ASG}: {out['seconds']:.0f} s")
     return c, out
@@ -149,6 +166,21 @@ def course(tmp_path_factory):
 def _export(c: Course) -> dict[str, dict]:
     with open(c.grading / "grades.csv") as f:
         return {row["student_id"]: row for row in csv.DictReader(f)}
+
+
+def test_make_grades_its_example_class_apart(course):
+    """`make` graded the example class in its own folder and gradebook: the course's gradebook holds this class's
+    learners alone and the one assignment released, as do formgrader (below), the report and the exports."""
+    c, out = course
+    examples = c.root / "_build" / "examples"
+    with Gradebook(f"sqlite:///{examples / 'gradebook.db'}") as gb:
+        assert sorted(s.id for s in gb.students) == ["ada", "ben", "cleo", "dev"]
+    assert (examples / "report" / ASG / "report.html").is_file(), out["make"].stdout[-2000:]
+    with Gradebook(f"sqlite:///{c.grading / 'gradebook.db'}") as gb:
+        seen = sorted(s.id for s in gb.students)
+        assert seen == sorted([c.user, "ben", "cleo", "dev"]), seen
+        assert [a.name for a in gb.assignments] == [ASG]
+    print(f"\nthe course's gradebook after `make` and the README's round: {', '.join(seen)}")
 
 
 def test_release_with_due_date(course):
@@ -190,14 +222,43 @@ def test_late_penalty_and_export(course):
     cleo = rows["cleo"]
     assert (float(cleo["raw_score"]), float(cleo["late_submission_penalty"]), float(cleo["score"])) == (11, 11, 0)
     assert "cleo> is 61200.0 seconds late" in out["autograde"]
-    dev = rows["dev"]                               # never submitted: listed, with 0
-    assert (dev["timestamp"], float(dev["score"]), float(dev["max_score"])) == ("", 0, 11), dev
+    # autograde said how far it was, a line per notebook: which of how many, the learner, the seconds, the score
+    done = re.findall(r"graded (\d) of 3: ([\w.-]+), [\d.]+ s, ([\d.]+) / 11 points", out["autograde"])
+    assert sorted(n for n, _, _ in done) == ["1", "2", "3"], done
+    assert {who: float(score) for _, who, score in done} == pytest.approx(
+        {who: float(rows[who]["raw_score"]) for who in (c.user, "ben", "cleo")}, abs=0.01), done
     with open(c.grading / "report" / ASG / "scores.csv") as f:
         report = {row["learner"]: row for row in csv.DictReader(f)}
     assert set(report) == {c.user, "ben", "cleo"} and report["cleo"]["total"] == "11"   # before the penalty
+    assert report["cleo"]["hours late"] == "17.00" and report["cleo"]["late penalty"] == "11"
+
+
+def test_lms_grade_books(course):
+    """The Canvas and Moodle exports, read as each LMS reads its import: this class's learners, the assignment
+    released, each score after the late penalty, nothing for a learner who never submitted before the due date."""
+    c, _ = course
+    rows = _export(c)
+    late = rows[c.user]["timestamp"] > rows[c.user]["duedate"]
+    due_passed = rows[c.user]["duedate"] < time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+    want = {c.user: 0.0 if late else 11.0, "ben": float(rows["ben"]["score"]), "cleo": 0.0,
+            "dev": 0.0 if due_passed else None}
+    canvas = canvas_import((c.grading / "canvas.csv").read_text())
+    assert canvas["assignments"] == [(ASG, None)] and canvas["points"] == {ASG: 11.0}
+    assert {who: g[ASG] for who, g in canvas["learners"].items()} == want
+    moodle = moodle_import((c.grading / "moodle.csv").read_text(), set(want), items={ASG: 11.0})
+    assert {who: g[ASG] for who, g in moodle.items()} == want
+
+
+def _report(c: Course) -> dict[str, dict]:
+    c.run(documented(f"python -m autograder.classroom.report {ASG}"))
+    with open(c.grading / "report" / ASG / "scores.csv") as f:
+        return {row["learner"]: row for row in csv.DictReader(f)}
 
 
 def test_formgrader_and_manual_grade(course):
+    """A flagged cell waits for a typed score in formgrader (the report says so); the typed score counts, and it and
+    its status stay when, after a change of due date, every submission is graded again as the README says (the new
+    due date applied: cleo is no longer late)."""
     c, _ = course
     cmd = documented("jupyter server --no-browser")
     port, token = free_port(), "instructor-guide"
@@ -226,6 +287,7 @@ def test_formgrader_and_manual_grade(course):
             page = r.read().decode()
             assert r.status == 200 and r.url.endswith("/formgrader/manage_assignments"), r.url
         assert "<title>nbgrader formgrade" in page
+        assert sorted(s["id"] for s in api("/formgrader/api/students")) == sorted([c.user, "ben", "cleo", "dev"])
 
         with Gradebook(f"sqlite:///{c.grading / 'gradebook.db'}") as gb:    # the grader flags ben's first part
             grade = gb.find_grade("sinusoidal_encoding_tests", ASG, ASG, "ben")
@@ -237,14 +299,30 @@ def test_formgrader_and_manual_grade(course):
             return {s["student"]: s for s in api(f"/formgrader/api/submissions/{ASG}")}["ben"]
 
         assert ben()["needs_manual_grade"] is True
+        assert _report(c)["ben"]["status"].startswith("waiting for manual grading: sinusoidal_encoding")
         typed = api(f"/formgrader/api/grade/{grade_id}", b'{"manual_score": 2, "extra_credit": 0}')
         assert typed["manual_score"] == 2 and typed["needs_manual_grade"] is False
         now = ben()
         assert now["needs_manual_grade"] is False and now["score"] == pytest.approx(now["max_score"] - 4 + 2)
         assert provisional < 2
+
+        # a day's grace: the due date moved, every submission graded again
+        c.run(documented(f'nbgrader db assignment add {ASG} --duedate="2026-12-15 17:00:00 Europe/Berlin"')
+              .replace("2026-12-15", "2026-12-16"))
+        again = c.run(documented(f"nbgrader autograde {ASG} --force")).stderr
+        assert "cleo> is" not in again and len(re.findall(r"graded \d of 3: ", again)) == 3, again[-3000:]
+        kept = api(f"/formgrader/api/grade/{grade_id}")
+        assert (kept["manual_score"], kept["needs_manual_grade"]) == (2, False), kept
+        assert ben()["needs_manual_grade"] is False and ben()["score"] == pytest.approx(now["score"])
+        print(f"\nben's typed score after the re-grade: {kept['manual_score']:g}, needs manual grade: "
+              f"{kept['needs_manual_grade']}, total {ben()['score']:g} / 11")
     finally:
         server.terminate()
         server.wait(timeout=30)
         log.close()
     c.run(documented("nbgrader export --to=_build/grading/grades.csv"))
-    assert float(_export(c)["ben"]["score"]) == 9
+    rows = _export(c)
+    assert float(rows["ben"]["score"]) == 9
+    assert (float(rows["cleo"]["late_submission_penalty"]), float(rows["cleo"]["score"])) == (0, 11)
+    report = _report(c)
+    assert report["ben"]["status"] == "graded" and report["cleo"]["hours late"] == ""

@@ -67,6 +67,33 @@ OVERFLOW = r"""() => {
     return {code: code.length, math: math.length, overflowing: [...code, ...math].filter(wide).map(say)};
 }"""
 
+# After OVERFLOW (toggles open): each line of code that wraps, and where its continuation starts against where its
+# text starts (its indentation included); a continuation must hang at the line's indentation and 4 characters more.
+HANGING = r"""() => {
+    const lines = [...document.querySelectorAll("div.cell div.highlight pre span.line")];
+    const wrapped = [], flat = [];
+    for (const line of lines) {
+        const range = document.createRange();
+        range.selectNodeContents(line);
+        const rects = [...range.getClientRects()].filter(r => r.width > 0);
+        const tops = [...new Set(rects.map(r => Math.round(r.top)))].sort((a, b) => a - b);
+        if (tops.length < 2 || !line.textContent.trim()) continue;
+        const probe = document.createElement("span");
+        probe.textContent = "0".repeat(40);
+        line.closest("pre").appendChild(probe);
+        const ch = probe.getBoundingClientRect().width / 40;
+        probe.remove();
+        const left = Math.min(...rects.filter(r => Math.round(r.top) === tops[0]).map(r => r.left));
+        const next = Math.min(...rects.filter(r => Math.round(r.top) !== tops[0]).map(r => r.left));
+        const indent = line.textContent.length - line.textContent.trimStart().length;
+        const say = `${line.textContent.trim().slice(0, 60)}: continues ${((next - left) / ch).toFixed(1)} ch in, ` +
+                    `indented ${indent}`;
+        wrapped.push(say);
+        if (next - left < (indent + 4) * ch - 1) flat.push(say);
+    }
+    return {lines: lines.length, wrapped, flat};
+}"""
+
 # --- the site, the server and the browser ----------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -152,6 +179,7 @@ def visit(context, server):
             shot = SHOTS / f"{Path(name).name}.png"
             page.screenshot(path=shot, full_page=True)
             seen["overflow"] = page.evaluate(OVERFLOW)
+            seen["hanging"] = page.evaluate(HANGING)
             _visits[name] = dict(seen, status=response.status if response else None, url=page.url,
                                  errors=watch.errors, external=watch.external, failed=watch.failed,
                                  shot=shot)
@@ -300,6 +328,21 @@ def test_no_code_or_math_is_wider_than_the_page(visit, name):
 
 
 @pytest.mark.parametrize("name", PAGES)
+def test_wrapped_code_keeps_its_indentation(visit, name):
+    """A line of code too long for the column wraps under itself, past its own indentation (a hanging indent), never
+    back to column 0, where it would read as another line of Python."""
+    found = visit(name)["hanging"]
+    if name != "book/references":
+        assert found["lines"] > 0, f"{name}: no line of code was measured"
+    assert not found["flat"], f"{name}: continuations not under their line:\n" + "\n".join(found["flat"])
+
+
+def test_some_code_line_wraps_at_1280_px(visit):
+    """The check above is not empty: at 1280 px the positional-encoding chapter has lines that wrap."""
+    assert visit("book/positional_encoding")["hanging"]["wrapped"]
+
+
+@pytest.mark.parametrize("name", PAGES)
 def test_screenshot_shows_the_page(visit, name):
     shot = visit(name)["shot"]
     data = shot.read_bytes()
@@ -327,6 +370,39 @@ def test_search_finds_the_chapter(context, server, word):
 
 
 # --- the interactive graph of the whole network (book/network_graph.md) -----------------------------------------
+
+# The details panel and the search box of the graph page, as drawn: the panel's width, whether every key of the node's
+# table is on one line, and whether the search box shows its whole placeholder.
+PANEL = r"""() => {
+    const info = document.querySelector(".graph-info"), search = document.querySelector(".graph-search");
+    const lines = el => { const r = document.createRange(); r.selectNodeContents(el);
+                          return new Set([...r.getClientRects()].map(x => Math.round(x.top))).size; };
+    const ctx = document.createElement("canvas").getContext("2d");
+    const style = getComputedStyle(search);
+    ctx.font = style.font;
+    const room = search.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    return {width: info.getBoundingClientRect().width,
+            keys_on_one_line: [...info.querySelectorAll("td:first-child")].every(td => lines(td) === 1),
+            placeholder: ctx.measureText(search.placeholder).width, room: room};
+}"""
+
+
+def test_graph_page_panel_and_search_fit_at_1280_px(context, server):
+    """At 1280 px the details panel is wide enough for its keys (each on one line) and the search box shows its
+    whole placeholder."""
+    page = context.new_page()
+    try:
+        page.goto(server.url + "book/network_graph.html", wait_until="load")
+        page.wait_for_selector(".graph-explorer[data-drawn='1']")
+        page.locator(".graph-view g.node", has_text="blocks.0 · TransformerBlock").click()
+        page.wait_for_selector(".graph-explorer[data-drawn='2']")
+        page.locator(".graph-view g.node", has_text="masked_fill").first.click()
+        seen = page.evaluate(PANEL)
+    finally:
+        page.close()
+    assert seen["width"] >= 280 and seen["keys_on_one_line"], seen
+    assert seen["placeholder"] <= seen["room"], seen
+
 
 def test_graph_page_folds_a_group_shows_a_node_and_searches(context, server):
     page = context.new_page()
@@ -360,9 +436,17 @@ def test_graph_page_folds_a_group_shows_a_node_and_searches(context, server):
         box, view = info.bounding_box(), page.locator(".graph-view").bounding_box()
         assert box and view and box["x"] >= view["x"] + view["width"] - 1, (box, view)    # beside the graph
         assert 0 <= box["y"] < page.viewport_size["height"], box                          # and in sight
-        page.click("button[data-part=backward]")
+        assert page.evaluate(PANEL)["keys_on_one_line"], page.evaluate(PANEL)
+        page.click("button.graph-expand")                      # everything drawn: the node still shown, and marked
         drawn(5)
+        assert "aten.masked_fill" in info.inner_text() and page.locator(".graph-view g.graph-selected").count() == 1
+        page.click("button.graph-collapse")                    # the node folded away: the panel says what to do
+        drawn(6)
+        assert info.inner_text() == "Click a node to see what it computes."
+        page.click("button[data-part=backward]")
+        drawn(7)
         assert page.locator(".graph-view g.node", has_text="AddBackward0").count() >= 4
+        assert info.inner_text() == "Click a node to see what it computes."
     finally:
         page.close()
     assert not watch.errors, "console errors:\n" + "\n".join(watch.errors)

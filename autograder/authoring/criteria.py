@@ -23,14 +23,13 @@ from dataclasses import dataclass
 import nbformat
 
 from autograder import config, notebooks
-from autograder.notebooks import is_graded_test, nbgrader_meta
+from autograder.notebooks import CHECK_CELL, is_graded_test, nbgrader_meta
 from autograder.verdict import hidden
 from autograder.verdict.static import EXAMPLES
 from autograder.verdict.suites import checks
 
 WIDTH = 118
 TRAINING_CELL = "TinyTransformer_training"     # the cell id of the visible training run (a plain, editable cell)
-CHECK_CELL = "check_my_work"                   # the cell id of `check()` (autograder/authoring/check_client.py)
 
 
 @dataclass

@@ -10,7 +10,7 @@ import os
 import shutil
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
@@ -88,6 +88,8 @@ class CellScore:
     points: float
     comment: str | None
     needs_manual_grade: bool = False
+    seconds_late: float = 0.0       # of the whole submission, as nbgrader recorded it at autograde
+    penalty: float = 0.0            # the late penalty of the whole submission
 
 
 def scores(grading_dir: Path | None, assignments: list[str], url: str | None = None) -> list[CellScore]:
@@ -107,7 +109,8 @@ def scores(grading_dir: Path | None, assignments: list[str], url: str | None = N
                         # nbgrader reads a grade never scored (a failed grading) as 0: here it stays None.
                         score = None if g.auto_score is None and g.manual_score is None else g.score
                         rows.append(CellScore(student, asg, g.name, score, g.max_score, comments.get(base),
-                                              bool(g.needs_manual_grade)))
+                                              bool(g.needs_manual_grade), float(sub.total_seconds_late or 0.0),
+                                              float(sub.late_submission_penalty or 0.0)))
     return rows
 
 
@@ -117,10 +120,27 @@ def ordered_cells(rows: list[CellScore], order: Sequence[str] = ()) -> list[str]
     return [c for c in order if c in found] + [c for c in found if c not in order]
 
 
+WAITING = "waiting for manual grading"
+
+
+@dataclass
+class Line:
+    """One learner's line of an assignment: scores by cell, the total before any late penalty, and the status:
+    `graded`, `waiting for manual grading` (a flagged cell has no typed score yet: the total is provisional), or the
+    failure that kept the learner from being graded (no total)."""
+    learner: str
+    scores: dict[str, float | None]
+    total: float | None
+    points: float
+    status: str
+    waiting: list[str] = field(default_factory=list)        # the cells still to grade by hand
+    seconds_late: float = 0.0
+    penalty: float = 0.0
+
+
 def by_learner(rows: list[CellScore], failures: dict[str, str] | None = None, order: Sequence[str] = ()):
-    """One assignment's rows as (cells, [(learner, {cell: score}, total, points, status)]), learners sorted.
-    Cells named in `order` come first; a learner in `failures` (learner -> status, e.g. `grader error: <reason>`)
-    has no total and that status; the others have the status `graded`."""
+    """One assignment's rows as (cells, [Line]), learners sorted. Cells named in `order` come first; a learner in
+    `failures` (learner -> status, e.g. `grader error: <reason>`) has no total and that status."""
     cells = ordered_cells(rows, order)
     got: dict[str, dict[str, CellScore]] = defaultdict(dict)
     for r in rows:
@@ -131,9 +151,12 @@ def by_learner(rows: list[CellScore], failures: dict[str, str] | None = None, or
         mine = got.get(learner, {})
         scores = {c: mine[c].score for c in cells if c in mine}
         points = sum(mine[c].points for c in cells if c in mine)
+        waiting = [] if learner in failures else [c for c in cells if c in mine and mine[c].needs_manual_grade]
         total = None if learner in failures else sum(s or 0 for s in scores.values())
-        status = failures.get(learner, "graded")
-        lines.append((learner, scores, total, points, status))
+        status = failures.get(learner) or (WAITING if waiting else "graded")
+        first = next(iter(mine.values()), None)
+        lines.append(Line(learner, scores, total, points, status, waiting,
+                          first.seconds_late if first else 0.0, first.penalty if first else 0.0))
     return cells, lines
 
 
@@ -143,8 +166,8 @@ def table(rows: list[CellScore]) -> str:
     for asg in dict.fromkeys(r.assignment for r in rows):
         cells, learners = by_learner([r for r in rows if r.assignment == asg])
         header = ["learner", *[c.removesuffix("_tests") for c in cells], "total"]
-        data = [[learner, *["-" if scores.get(c) is None else f"{scores[c]:g}" for c in cells], f"{total:g}/{points:g}"]
-                for learner, scores, total, points, _ in learners]
+        data = [[x.learner, *["-" if x.scores.get(c) is None else f"{x.scores[c]:g}" for c in cells],
+                 f"{x.total:g}/{x.points:g}"] for x in learners]
         widths = [max(len(str(x)) for x in col) for col in zip(header, *data)]
         lines.append(f"{asg}")
         for row in [header, *data]:

@@ -1,21 +1,29 @@
-"""`make grade`: grade the bundled example class with the real nbgrader and print the gradebook.
+"""`make grade`: grade the bundled example class with the real nbgrader, print the gradebook, write the class reports.
 
-Each learner's notebook is built from the released notebook and the answer that
-`examples/class_roster.py` names, then `nbgrader autograde` and `nbgrader generate_feedback`
-run on the whole class, and the scores are read back from the gradebook.  An assignment that no
-learner of the class submits is named and skipped (nbgrader's autograde would log an ERROR for it).
+    python -m autograder.classroom.grade_examples [ASSIGNMENT...] [--grading-dir DIR]
+
+The example class is graded apart from the course's own: in its own grading folder and gradebook, `_build/examples`
+(its SQLite file, whatever GRADEBOOK_URL says), never the course's grading folder (`_build/grading`, or GRADING_DIR)
+that the instructor's nbgrader commands use, which it refuses. Each learner's notebook is built from the released
+notebook and the answer that `examples/class_roster.py` names, then `nbgrader autograde` and
+`nbgrader generate_feedback` run on the whole class, the scores are read back from the gradebook and each
+assignment's class report is written into `<grading-dir>/report/<assignment>/`. Only the assignments the class submits
+are recorded in its gradebook; another one asked for is named and skipped.
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 import time
 from pathlib import Path
 
 from autograder import ROOT
 from autograder.authoring import variants
-from autograder.classroom import grade
+from autograder.classroom import grade, report
+
+EXAMPLES_DIR = ROOT / "_build" / "examples"
 
 
 def roster() -> dict[str, dict[str, str]]:
@@ -35,27 +43,42 @@ def example_submission(assignment: str, answer: str):
     return variants.submission(assignment, by_name[answer].cells)
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("assignments", nargs="+")
-    p.add_argument("--grading-dir", type=Path, default=grade.DEFAULT_DIR)
-    a = p.parse_args()
+def course_grading_dir() -> Path:
+    """The grading folder of the course's own class, as nbgrader_config.py picks it."""
+    return Path(os.environ.get("GRADING_DIR", grade.DEFAULT_DIR)).resolve()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m autograder.classroom.grade_examples",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("assignments", nargs="*", help="default: every assignment the example class submits")
+    p.add_argument("--grading-dir", type=Path, default=EXAMPLES_DIR)
+    a = p.parse_args(argv)
+    a.grading_dir = a.grading_dir.resolve()           # nbgrader runs from the course's root, wherever this runs
+    if a.grading_dir == course_grading_dir():
+        p.error(f"{a.grading_dir} is the course's own grading folder: the example class is graded apart "
+                f"(default {EXAMPLES_DIR.relative_to(ROOT)})")
+    os.environ.pop("GRADEBOOK_URL", None)            # the example class's gradebook is its folder's SQLite file
     t0 = time.monotonic()
-    grade.prepare(a.grading_dir, a.assignments)
-    submitted = {asg: [learner for learner, answers in roster().items() if asg in answers] for asg in a.assignments}
+    submitted = {asg: [learner for learner, answers in roster().items() if asg in answers]
+                 for asg in a.assignments or sorted({asg for answers in roster().values() for asg in answers})}
+    for asg in [asg for asg, learners in submitted.items() if not learners]:
+        print(f"{asg}: no learner of the example class submits it (examples/class_roster.py); not graded")
+    graded = [asg for asg, learners in submitted.items() if learners]
+    grade.prepare(a.grading_dir, graded)
     failed = []
-    for asg, learners in submitted.items():
-        if not learners:
-            print(f"{asg}: no learner of the example class submits it (examples/class_roster.py); not graded")
-            continue
-        for learner in learners:
+    for asg in graded:
+        for learner in submitted[asg]:
             grade.submit(a.grading_dir, learner, asg, example_submission(asg, roster()[learner][asg]))
         if grade.autograde(a.grading_dir, asg).returncode or grade.feedback(a.grading_dir, asg).returncode:
             failed.append(asg)
-    rows = grade.scores(a.grading_dir, a.assignments)
-    print(f"\nGradebook ({grade.db_url(a.grading_dir)}), graded in {time.monotonic() - t0:.0f} s:\n")
+    rows = grade.scores(a.grading_dir, graded)
+    print(f"\nThe example class's gradebook ({grade.db_url(a.grading_dir)}), "
+          f"graded in {time.monotonic() - t0:.0f} s:\n")
     print(grade.table(rows))
     print(f"Feedback: {a.grading_dir / 'feedback'}/<learner>/<assignment>/<assignment>.html")
+    for asg in graded:
+        print(f"Class report: {report.build(a.grading_dir, asg)['html']}")
     if failed:
         print(f"grading failed for {', '.join(failed)}: see the errors above")
     return 1 if failed else 0

@@ -10,6 +10,7 @@ from autograder import config
 
 DEADLINE = "grader_deadline"   # resources: when this learner's grading budget ends (time.time())
 LAST = "grader_last"           # resources: no learner follows this one in this nbgrader run
+STARTED = "grader_started"     # resources: when this learner's notebook run began (time.monotonic())
 UNFINISHED = "grader_unfinished"   # resources: the cells the notebook's run stopped at the cell limit
 
 

@@ -23,7 +23,9 @@ class SaveDiagnoses(NbGraderPreprocessor):
                 if v.status == FLAGGED:
                     try:
                         grade = gb.find_grade(gid, ids["notebook"], ids["assignment"], ids["student"])
-                        grade.needs_manual_grade = True
+                        # a score typed for it stands, reviewed or not, as SaveGrades left it
+                        if grade.manual_score is None:
+                            grade.needs_manual_grade = True
                     except MissingEntry:
                         pass
                 name = gid.removesuffix(TESTS_SUFFIX)

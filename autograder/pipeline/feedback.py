@@ -1,53 +1,146 @@
-"""The feedback pages: nbgrader's feedback template with our head (a Content-Security-Policy, MathJax written into
-the page), the instructor's score and comment beside the grader's, and the book's links made to work from anywhere."""
+"""The feedback pages: nbgrader's feedback template with our head (a Content-Security-Policy that runs no script, a
+small stylesheet), the course's math typeset ahead into SVG, the instructor's score and comment on the learner's
+answer (the grader's diagnosis is said once, in the graded cell's output), the `check()` cell left out, and the
+book's links made to work from anywhere."""
 from __future__ import annotations
 
-import base64
-import functools
-import hashlib
+import html
+import json
 import re
+import secrets
+import shutil
+import subprocess
 from pathlib import Path
 
+from jinja2 import pass_context
 from nbconvert.exporters import HTMLExporter
+from nbconvert.filters.markdown_mistune import IPythonRenderer, MarkdownWithMath
 from nbconvert.preprocessors import Preprocessor
 from nbgrader.api import MissingEntry
 from nbgrader.preprocessors import GetGrades
 from traitlets import Bool, Unicode
 
-from autograder.notebooks import TESTS_SUFFIX
-from autograder.pipeline.common import markdown_text
+from autograder import ROOT
+from autograder.notebooks import CHECK_CELL, TESTS_SUFFIX
 from autograder.verdict.record import GraderFault
 
 TEMPLATES = Path(__file__).parent / "templates"
+TYPESET = Path(__file__).parent / "typeset.js"
+MATHJAX = ROOT / "node_modules" / "mathjax"
+TYPESET_TIMEOUT = 60
 
 
 class FeedbackHTML(HTMLExporter):
-    """The feedback pages' exporter: nbgrader's feedback template, with our head (templates/base/mathjax.html.j2).
+    """The feedback pages' exporter: nbgrader's feedback template with our head (templates/course_feedback).
 
-    A page must open on its own: nbgrader's `release_feedback` hands a learner the .html file alone. So MathJax 3
-    (its SVG output, which needs no font files) is written into the page, and the page's Content-Security-Policy
-    runs no script but those two, named by their hashes: no other inline script, no event handler, no javascript:
-    link, nothing fetched from another host."""
+    A page must open on its own: nbgrader's `release_feedback` hands a learner the .html file alone. So its math is
+    typeset when the page is written (MathJax's SVG output, `typeset.js` run once per page by node), and the page
+    runs no script at all: its Content-Security-Policy allows none, so no inline script, event handler or
+    javascript: link of anyone's runs, and nothing is fetched from another host."""
 
-    def _create_environment(self):
-        env = super()._create_environment()
-        env.globals.update(mathjax_scripts())
-        return env
+    @pass_context
+    def markdown2html(self, context, source):
+        """nbconvert's markdown filter, with each formula left as a mark that `from_notebook_node` typesets."""
+        cell = context.get("cell", {})
+        renderer = MathMarks(self._formulas, escape=False, attachments=cell.get("attachments", {}),
+                             embed_images=self.embed_images,
+                             path=context.get("resources", {}).get("metadata", {}).get("path", ""),
+                             anchor_link_text=self.anchor_link_text, exclude_anchor_links=self.exclude_anchor_links,
+                             **self.lexer_options)
+        return MarkdownWithMath(renderer=renderer).render(source)
+
+    def from_notebook_node(self, nb, resources=None, **kw):
+        self._formulas = Formulas()
+        page, resources = super().from_notebook_node(nb, resources, **kw)
+        return self._formulas.typeset(page, self.log), resources
 
 
-@functools.cache
-def mathjax_scripts() -> dict:
-    """The feedback head's scripts (MathJax's configuration, MathJax) and the policy's hashes of them."""
-    config = (TEMPLATES / "mathjax-config.js").read_text()
-    js = (mathjax_source() / "tex-svg.js").read_text()
-    if "</script" in js.lower():
-        raise GraderFault("MathJax's code holds '</script': it cannot be written into a page")
+class Formulas:
+    """The formulas of one page: each gets a mark no one else can write (a random nonce), then all are typeset by
+    one run of node and put in place of their marks in the page's text, with the glyphs they share once, at the top of
+    the body; a mark inside a tag (a heading's anchor, made from its text) becomes the formula's TeX."""
 
-    def sha(text: str) -> str:
-        return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+    def __init__(self):
+        self.nonce = secrets.token_hex(16)
+        self.items: list[tuple[str, bool]] = []
 
-    return {"feedback_mathjax_config": config, "feedback_mathjax_js": js,
-            "feedback_script_hashes": f"{sha(config)} {sha(js)}"}
+    def mark(self, tex: str, display: bool) -> str:
+        self.items.append((tex, display))
+        return f"mathjax-{self.nonce}-{len(self.items) - 1}-"
+
+    def typeset(self, page: str, log) -> str:
+        if not self.items:
+            return page
+        tex = [("$$%s$$" if display else "$%s$") % source for source, display in self.items]
+        try:
+            svgs, cache = typeset(self.items)
+        except TypesetError as e:              # the page's TeX (a learner's, perhaps): the math is shown as its TeX
+            log.warning("the math of this page was not typeset (%s): it is shown as TeX", e)
+            svgs, cache = [html.escape(t) for t in tex], ""
+        mark = re.compile(f"mathjax-{self.nonce}-(\\d+)-")
+        parts = TAG.split(page)                # text, tag, text, ...: no tag holds a '>' of its own (escaped)
+        for i, part in enumerate(parts):
+            found = svgs if i % 2 == 0 else [html.escape(t, quote=True) for t in tex]
+            parts[i] = mark.sub(lambda m, found=found: found[int(m.group(1))], part)
+        page = "".join(parts)
+        if cache:
+            defs = f'<svg id="MJX-SVG-global-cache" style="display: none">{cache}</svg>'
+            page = page.replace("<body>", f"<body>\n{defs}", 1)
+        return page
+
+
+TAG = re.compile(r"(<[^>]*>)")
+
+
+class MathMarks(IPythonRenderer):
+    """nbconvert's markdown renderer, with a mark for each formula in place of its TeX."""
+
+    def __init__(self, formulas: Formulas, **kw):
+        super().__init__(**kw)
+        self.formulas = formulas
+
+    def block_math(self, body: str) -> str:
+        return self.formulas.mark(body, True)
+
+    def inline_math(self, body: str) -> str:
+        return self.formulas.mark(body, False)
+
+    def latex_environment(self, name: str, body: str) -> str:
+        return self.formulas.mark(f"\\begin{{{name}}}{body}\\end{{{name}}}", True)
+
+
+class TypesetError(Exception):
+    """MathJax could not typeset a page's formulas."""
+
+
+def typeset(items: list[tuple[str, bool]]) -> tuple[list[str], str]:
+    """([an <mjx-container> of SVG per (tex, display)], the <defs> of the glyphs they use), from MathJax in node."""
+    node = shutil.which("node")
+    if node is None or not (MATHJAX / "package.json").exists():
+        raise GraderFault("the feedback's math is typeset by MathJax in node (npm's mathjax, from package-lock.json), "
+                          "which this machine lacks: `make` installs both")
+    try:
+        r = subprocess.run([node, str(TYPESET)], input=json.dumps(items), capture_output=True, text=True,
+                           timeout=TYPESET_TIMEOUT, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        raise TypesetError(f"MathJax took more than {TYPESET_TIMEOUT} s") from None
+    if r.returncode != 0:
+        raise TypesetError(f"MathJax failed: {r.stderr.strip()[-300:]}")
+    out = json.loads(r.stdout)
+    if len(out["svgs"]) != len(items):
+        raise TypesetError("MathJax returned another number of formulas")
+    return out["svgs"], out["cache"]
+
+
+class OmitCheckCell(Preprocessor):
+    """The release's `check()` cell (the check service's client, the same for every learner) is left out of the
+    feedback: it is the course's code, not the learner's answer."""
+
+    enabled = Bool(True)
+
+    def preprocess(self, nb, resources):
+        nb.cells = [c for c in nb.cells if c.get("id") != CHECK_CELL]
+        return nb, resources
 
 
 class BookLinks(Preprocessor):
@@ -73,9 +166,9 @@ LOCAL_BOOK = "../../_build/html/"
 
 
 class FeedbackGrades(GetGrades):
-    """nbgrader's `GetGrades`, with each solution cell's comment as the feedback shows it: the grader's diagnosis (which
-    quotes the learner's messages and names) as plain text, never markdown or HTML of the learner's, and an
-    instructor's comment (markdown, as formgrader offers) beside it, not instead of it."""
+    """nbgrader's `GetGrades`, with each solution cell's comment as the feedback shows it (the instructor's score and
+    comment, in markdown as formgrader offers) and each graded cell's output made to agree with the instructor's
+    score."""
 
     def _grade(self, grade_id):
         try:
@@ -84,6 +177,8 @@ class FeedbackGrades(GetGrades):
             return None
 
     def _get_comment(self, cell, resources):
+        """The comment under the learner's answer: the instructor's score and comment, when there are any. The grader's
+        diagnosis is not repeated there: the graded cell's output below says each failure once, with its cost."""
         gid = cell.metadata["nbgrader"]["grade_id"]
         c = self.gradebook.find_comment(gid, self.notebook_id, self.assignment_id, self.student_id)
         parts = []
@@ -93,8 +188,6 @@ class FeedbackGrades(GetGrades):
                          f"grader's automatic score: {graded.auto_score or 0:g}).")
         if c.manual_comment:
             parts.append(f"**Your instructor:** {c.manual_comment}")
-        if c.auto_comment:
-            parts.append(("**The grader:** " if parts else "") + markdown_text(c.auto_comment))
         cell.metadata.nbgrader["comment"] = "\n\n".join(parts) or None
 
     def _get_score(self, cell, resources):
@@ -113,15 +206,3 @@ class FeedbackGrades(GetGrades):
                 out["text"] = (f"{gid}: {graded.score:g} / {graded.max_score:g} points (given by your instructor; "
                                f"the grader's automatic score: {graded.auto_score or 0:g})\n"
                                + (rest[1] if len(rest) > 1 else ""))
-
-
-def mathjax_source() -> Path:
-    """MathJax 3 as shipped by the sphinx-mathjax-offline wheel (also the book's MathJax)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("sphinx-mathjax-offline")
-    if spec is None:
-        raise GraderFault("the feedback's MathJax comes from the sphinx-mathjax-offline package, which this Python "
-                          "lacks (requirements.txt installs it)")
-    assert spec.origin is not None                # a package with an __init__.py
-    return Path(spec.origin).parent / "static" / "mathjax"

@@ -20,7 +20,7 @@ from traitlets import Bool
 from autograder import config
 from autograder.inside import execute
 from autograder.notebooks import cell_id
-from autograder.pipeline.common import DEADLINE, LAST, UNFINISHED, note, quoted, settings_of
+from autograder.pipeline.common import DEADLINE, LAST, STARTED, UNFINISHED, note, quoted, settings_of
 from autograder.pipeline.sanitize import sanitize
 from autograder.sandbox.box import Limits, Sandbox, SandboxUnavailable
 from autograder.verdict import hidden
@@ -77,19 +77,27 @@ def make_ready(assignment: str, s: config.Settings):
     _kernels.prepare(s, _wall(s))
 
 
-def last_learner(pre, resources) -> bool:
-    """Whether nbgrader grades no submission after this one in this run: the converter (the preprocessor's
-    exporter's parent) grades the submission folders it found in sorted order. False when that cannot be read."""
+def position(pre, resources) -> tuple[int, int] | None:
+    """(which, of how many): this submission's place among those this nbgrader run grades, which the converter (the
+    preprocessor's exporter's parent) grades in sorted order, learners it excludes left out. None when that cannot
+    be read."""
     converter: Any = getattr(getattr(pre, "parent", None), "parent", None)
     try:
-        folders = sorted(converter.assignments)
         cd = converter.coursedir
         pattern = cd.format_path(cd.submitted_directory, "(?P<student_id>.*)", "(?P<assignment_id>.*)", escape=True)
-        ids = [m.groupdict() if m else None for m in (re.match(pattern, f) for f in folders)]
+        excluded = set(filter(None, (cd.student_id_exclude or "").split(",")))
+        ids = [m.groupdict() for m in (re.match(pattern, f) for f in sorted(converter.assignments))
+               if m and m.group("student_id") not in excluded]
         ours = {"assignment_id": resources["nbgrader"]["assignment"], "student_id": resources["nbgrader"]["student"]}
-        return bool(ids) and ids[-1] == ours
+        return (ids.index(ours) + 1, len(ids)) if ours in ids else None
     except (AttributeError, KeyError, TypeError, re.error):
-        return False
+        return None
+
+
+def last_learner(pre, resources) -> bool:
+    """Whether nbgrader grades no submission after this one in this run (False when that cannot be read)."""
+    where = position(pre, resources)
+    return where is not None and where[0] == where[1]
 
 
 class SandboxedExecute(NbGraderPreprocessor):
@@ -102,6 +110,7 @@ class SandboxedExecute(NbGraderPreprocessor):
     def preprocess(self, nb, resources):
         s = settings_of(self)
         started = time.time()
+        resources[STARTED] = time.monotonic()
         resources[DEADLINE] = started + s.learner_budget
         resources[LAST] = not self.more_follow and last_learner(self, resources)
         if resources[LAST]:

@@ -2,7 +2,8 @@
    The page holds the pieces of DOT that autograder.graph.explorer_data() wrote; Graphviz, compiled to WebAssembly
    (viz-global.js, served with the site), lays the graph out again whenever a group is collapsed or expanded.
    Click a group's frame to collapse it, a collapsed group to expand it, a node to see what it computes (in the
-   panel beside the graph). The page opens with the groups listed in the data's `collapsed` folded. */
+   panel beside the graph, which keeps showing it while the node is drawn, and says what to do when none is). The page
+   opens with the groups listed in the data's `collapsed` folded. */
 (function () {
   "use strict";
 
@@ -52,8 +53,9 @@
     const count = root.querySelector(".graph-count");
     const collapsed = {};
     for (const part of Object.keys(data)) collapsed[part] = new Set(data[part].collapsed);
-    let part = "forward", hits = new Set(), drawn = 0;
+    let part = "forward", hits = new Set(), drawn = 0, selected = null;
     const viz = Viz.instance();
+    const hint = info.innerHTML;                       // the panel's text before any node is clicked
 
     const ancestors = (p, cluster) => {
       const up = new Map(p.clusters.map((c) => [c.id, c.parent]));
@@ -72,11 +74,19 @@
       }
       const first = hits.size ? svg.getElementById([...hits][0]) : null;
       if (first) first.scrollIntoView({block: "center", inline: "center"});
+      if (selected && svg.getElementById(selected)) show(selected, false);   // still drawn: still shown, marked
+      else unselect();
       root.dataset.drawn = String(++drawn);
       root.dataset.nodes = String(svg.querySelectorAll("g.node").length);
     }
 
-    function show(id) {
+    function unselect() {
+      selected = null;
+      info.innerHTML = hint;
+    }
+
+    function show(id, reveal = true) {
+      selected = id;
       const p = data[part];
       const rows = p.info[id] ? Object.entries(p.info[id]).filter(([, v]) => v !== "") :
         [["group", (p.clusters.find((c) => c.id === id) || {}).label || id]];
@@ -88,7 +98,7 @@
       }
       info.replaceChildren(table);
       const box = info.getBoundingClientRect();                   // keep the details in view (narrow screens)
-      if (box.top < 0 || box.bottom > window.innerHeight) info.scrollIntoView({block: "nearest"});
+      if (reveal && (box.top < 0 || box.bottom > window.innerHeight)) info.scrollIntoView({block: "nearest"});
       view.querySelectorAll(".graph-selected").forEach((el) => el.classList.remove("graph-selected"));
       const el = view.querySelector(`svg [id="${CSS.escape(id)}"]`);
       if (el) el.classList.add("graph-selected");
@@ -133,7 +143,7 @@
       hits = new Set();
       search.value = "";
       count.textContent = "";
-      info.replaceChildren();
+      unselect();
       draw();
     }));
     root.querySelector("button.graph-expand").addEventListener("click", () => {
