@@ -10,45 +10,24 @@ some solution cells (by grade_id); the other solution cells hold the reference s
 from __future__ import annotations
 
 import copy
-import importlib.util
 import re
-from dataclasses import dataclass, field
 
 import nbformat
 
 from autograder import ROOT
 from autograder.notebooks import is_solution, nbgrader_meta, read, source_notebook
+from autograder.verdict import known
+from autograder.verdict.known import VARIANTS_DIR, Bug, Correct
 
-VARIANTS_DIR = ROOT / "examples" / "variants"
+__all__ = ["Bug", "Correct", "load", "placed", "reference_sources", "submission", "write"]
 RELEASE_DIR = ROOT / "exercises"
 _MARKER = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.M)
 
 
-@dataclass
-class Correct:
-    name: str
-    cells: dict[str, str]
-    about: str = ""
-
-
-@dataclass
-class Bug:
-    name: str
-    cells: dict[str, str]
-    fails: dict[str, str]           # graded cell id -> text its diagnosis must contain
-    about: str = ""
-    cell_errors: list = field(default_factory=list)
-    # graded cell id -> text: a later part that is right and uses this wrong one loses only its `together`
-    # test (graded with the learner's own parts), whose diagnosis contains the text
-    together: dict[str, str] = field(default_factory=dict)
-
-
 def _module(assignment: str):
-    path = VARIANTS_DIR / f"{assignment}.py"
-    spec = importlib.util.spec_from_file_location(f"variants_{assignment}", path)
-    assert spec is not None and spec.loader is not None      # a .py file
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = known.module(assignment)
+    if mod is None:
+        raise FileNotFoundError(VARIANTS_DIR / f"{assignment}.py")
     return mod
 
 

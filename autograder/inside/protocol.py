@@ -24,6 +24,9 @@ SAFETENSORS_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfl
                       "int32": "I32", "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL"}
 
 
+DEVICES = ("cpu", "cuda", "meta")         # the devices a message may name
+
+
 class ProtocolError(Exception):
     """The other side sent something that is not a well-formed message, or nothing in time."""
 
@@ -55,6 +58,8 @@ def encode(obj) -> bytes:
     tensors: dict[str, torch.Tensor] = {}
 
     def enc(o):
+        if isinstance(o, torch.Tensor) and o.device.type == "meta":      # no data: where and what it would be
+            return {"$meta": {"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")}}
         if isinstance(o, torch.Tensor):
             key = f"t{len(tensors)}"
             t = o.detach()
@@ -78,6 +83,8 @@ def encode(obj) -> bytes:
             return o
         if isinstance(o, (torch.dtype,)):
             return {"$dtype": str(o).removeprefix("torch.")}
+        if isinstance(o, torch.device):
+            return {"$device": str(o)}
         raise TypeError(f"cannot send a value of type {type(o).__name__}")
 
     header = json.dumps(enc(obj)).encode()
@@ -106,12 +113,24 @@ def decode(header: bytes, payload: bytes):
             if set(o) == {"$float"}:
                 return float(o["$float"])
             if set(o) == {"$dtype"}:
-                dtype = getattr(torch, str(o["$dtype"]), None)
-                if not isinstance(dtype, torch.dtype):
-                    raise ProtocolError("unknown dtype")
-                return dtype
+                return _dtype(o["$dtype"])
+            if set(o) == {"$device"}:
+                if not (isinstance(o["$device"], str) and o["$device"].split(":")[0] in DEVICES):
+                    raise ProtocolError("unknown device")
+                return torch.device(o["$device"])
+            if set(o) == {"$meta"} and isinstance(o["$meta"], dict):
+                shape = o["$meta"].get("shape")
+                if not (isinstance(shape, list) and len(shape) <= 16 and all(type(n) is int and n >= 0 for n in shape)):
+                    raise ProtocolError("malformed meta tensor")
+                return torch.empty(shape, dtype=_dtype(o["$meta"].get("dtype")), device="meta")
             raise ProtocolError("malformed message")
         return o
+
+    def _dtype(name):
+        dtype = getattr(torch, str(name), None)
+        if not isinstance(dtype, torch.dtype):
+            raise ProtocolError("unknown dtype")
+        return dtype
 
     try:
         return dec(json.loads(header))

@@ -281,7 +281,7 @@ class Worker:
         return {k: v for k, v in self.obj(req["handle"]).state_dict().items()}
 
     def op_load_state_dict(self, req):
-        self.obj(req["handle"]).load_state_dict(req["state"], strict=True)
+        self.obj(req["handle"]).load_state_dict(req["state"], strict=req.get("strict", True) is not False)
         return None
 
     def op_train(self, req):
@@ -372,8 +372,17 @@ class Worker:
         return _device_memory(bool(req.get("reset")))
 
     def op_release(self, req):
-        """Before a memory measurement on a GPU: give the driver back what the allocator caches but no tensor uses
-        (what the worker still holds afterwards counts against the measured call: autograder.timing)."""
+        """Before a memory measurement: give back what no tensor uses any more, the C heap's free pages to the kernel
+        and, on a GPU, what the allocator caches to the driver (what the worker still holds afterwards counts against
+        the measured call: autograder.verdict.timing)."""
+        import ctypes
+        import gc
+
+        gc.collect()
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):       # not glibc: its heap keeps what it keeps
+            pass
         if _release is not None:
             _release()
         return None

@@ -35,8 +35,8 @@ def suite_path(assignment: str, settings: config.Settings | None = None) -> Path
 
 
 # -- inside the suite process -----------------------------------------------------------------
-def diagnose(excinfo) -> tuple[str, bool]:
-    """(what the learner reads, whether it is a grader fault)."""
+def diagnose(excinfo) -> tuple[str, bool, list[str], list[str]]:
+    """(what the learner reads, whether it is a grader fault, the causes the evidence names, those it rules out)."""
     from autograder.verdict.learner import LearnerError, WorkerDied
     from autograder.verdict.suites.checks import Diagnosis
 
@@ -44,24 +44,25 @@ def diagnose(excinfo) -> tuple[str, bool]:
     while isinstance(e, BaseExceptionGroup) and e.exceptions:
         e = e.exceptions[0]
     if isinstance(e, Diagnosis):
-        return str(e), False
+        return str(e), False, e.causes, e.ruled_out
     if isinstance(e, GraderFault):
-        return str(e), True
+        return str(e), True, [], []
     if isinstance(e, LearnerError):
         if e.isa("NotImplementedError"):
-            return "not implemented yet (it raises NotImplementedError)", False
+            return "not implemented yet (it raises NotImplementedError)", False, [], []
         where = f" at {e.traceback.strip().splitlines()[0].strip()}" if e.traceback.strip() else ""
         hint = ""
         if "same device" in e.message:      # a GPU grading: the timed calls' inputs are on the GPU
             hint = ("; the timed calls run on a GPU: make every new tensor on the device of the inputs "
                     "(device=q.device, torch.zeros_like, q.new_zeros), and keep constant tensors in buffers "
                     "(register_buffer) so that .to(device) moves them")
-        return f"your code raised {e}{where}{hint}", False
+        return f"your code raised {e}{where}{hint}", False, [], []
     if isinstance(e, WorkerDied):
-        return str(e), False
+        return str(e), False, [], []
     sys.stderr.write("grader: unexpected error in a hidden test:\n" + "".join(
         traceback.format_exception(type(e), e, e.__traceback__)))
-    return f"the grader could not check your answer (it led to {type(e).__name__}); check what your code returns", False
+    return (f"the grader could not check your answer (it led to {type(e).__name__}); check what your code returns",
+            False, [], [])
 
 
 class Recorder:
@@ -75,6 +76,13 @@ class Recorder:
     def _label(self, item) -> str:
         doc = (getattr(item, "function", None).__doc__ or "").strip() if hasattr(item, "function") else ""
         return doc.splitlines()[0] if doc else item.name
+
+    def pytest_collection_modifyitems(self, config, items):
+        """Only the tests of the graded cells GRADER_ONLY_CELLS names, when set (the suites' mutation testing grades
+        one part at a time: autograder.authoring.mutation)."""
+        only = {c for c in os.environ.get("GRADER_ONLY_CELLS", "").split(",") if c}
+        if only:
+            items[:] = [i for i in items if (m := i.get_closest_marker("cell")) is not None and m.args[0] in only]
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -93,7 +101,8 @@ class Recorder:
                 call.when == "setup" and call.excinfo is None):
             return
         weight = item.get_closest_marker("weight")
-        diagnosis, fault = diagnose(call.excinfo) if call.excinfo is not None else (None, False)
+        diagnosis, fault, causes, ruled_out = diagnose(call.excinfo) if call.excinfo is not None else (None, False,
+                                                                                                        [], [])
         self.records.append({
             "cell": marker.args[0] if marker else None,
             "weight": float(weight.args[0]) if weight else 1.0,
@@ -102,6 +111,8 @@ class Recorder:
             "diagnosis": diagnosis,
             "fault": fault,
             "together": item.get_closest_marker("together") is not None,
+            "causes": causes,
+            "ruled_out": ruled_out,
             "test": item.nodeid,
         })
 
@@ -117,8 +128,9 @@ def _suite_main(assignment: str, out: str) -> int:
     main_started = time.time()
     recorder = Recorder()
     path = suite_path(assignment)
+    first = ["-x"] if os.environ.get("GRADER_FIRST_FAILURE") == "1" else []   # whether, not how much, is asked
     code = pytest.main([str(path), "-q", "-p", "no:cacheprovider", "--assert=plain",
-                        "-o", "console_output_style=classic", "--no-header", "-rN",
+                        "-o", "console_output_style=classic", "--no-header", "-rN", *first,
                         "--rootdir", str(path.parent), "-c", os.devnull], plugins=[recorder])
     launched = float(os.environ.get("GRADER_LAUNCHED", main_started))
     profile = {"process_start_s": main_started - launched,
@@ -201,14 +213,15 @@ def prepare(assignment: str, settings: config.Settings):
 
 
 def run_suite(assignment: str, cells: list[dict], settings: config.Settings, deadline: float,
-              more: bool = True) -> dict:
+              more: bool = True, only: tuple[str, ...] = (), first_failure: bool = False) -> dict:
     """Run the hidden suite in a trusted process (the warm suite server's, or one of its own); {"error": ...} when
     it did not complete (a grader fault)."""
     with tempfile.TemporaryDirectory(prefix="grader-suite-") as tmp:
         cells_path, out = Path(tmp) / "cells.json", Path(tmp) / "out.json"
         cells_path.write_text(json.dumps(cells))
         suite_env = {**settings.to_env(), "GRADER_CELLS": str(cells_path), "GRADER_DEADLINE": repr(deadline),
-                     "GRADER_LAUNCHED": repr(time.time())}
+                     "GRADER_LAUNCHED": repr(time.time()), "GRADER_ONLY_CELLS": ",".join(only),
+                     "GRADER_FIRST_FAILURE": "1" if first_failure else ""}
         log = Path(tmp) / "log.txt"
         # The suite stops calling the learner's code at the deadline; past it and its grace, the suite itself hangs.
         timeout = max(1.0, deadline - time.time()) + settings.grace
@@ -249,7 +262,8 @@ def score(records: list[dict], graded: dict[str, float], findings: static.Report
         v = verdicts.get(rec.get("cell"))  # type: ignore[arg-type]  # no cell: no verdict
         if v is not None:
             v.checks.append(Check(rec["label"], rec["weight"], rec["passed"], rec.get("diagnosis"),
-                                  bool(rec.get("together"))))
+                                  bool(rec.get("together")), list(rec.get("causes") or []),
+                                  list(rec.get("ruled_out") or [])))
     findings = findings or static.Report()
     for gid, v in verdicts.items():
         total = sum(c.weight for c in v.checks)
@@ -288,10 +302,12 @@ def score(records: list[dict], graded: dict[str, float], findings: static.Report
 
 
 def grade(nb, assignment: str, settings: config.Settings | None = None, deadline: float | None = None,
-          more: bool = True, unfinished=()) -> Grading:
+          more: bool = True, unfinished=(), only: tuple[str, ...] = (), first_failure: bool = False) -> Grading:
     """Score every graded cell of a (sanitized) submitted notebook with the hidden suite. `more`: another learner
     may follow (the warm suite server makes that learner's process ready meanwhile). `unfinished`: the ids of
-    cells the notebook's run stopped at the cell limit, which the worker does not run again."""
+    cells the notebook's run stopped at the cell limit, which the worker does not run again. `only`: the graded cells
+    whose tests run (all when empty); `first_failure`: stop at the first failed test (the suites' mutation testing
+    asks whether a cell loses points, not how many)."""
     settings = settings or config.current()
     deadline = deadline or time.time() + settings.learner_budget
     graded = graded_cells(nb)
@@ -300,7 +316,7 @@ def grade(nb, assignment: str, settings: config.Settings | None = None, deadline
         if cell["id"] in unfinished:
             cell["unfinished"] = True
     started = time.time()
-    result = run_suite(assignment, cells, settings, deadline, more)
+    result = run_suite(assignment, cells, settings, deadline, more, only, first_failure)
     profile = {**result.get("profile", {}), "suite_s": time.time() - started}
     if "error" in result:
         return Grading({gid: Verdict(gid, pts) for gid, pts in graded.items()}, fault=result["error"],

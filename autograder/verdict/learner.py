@@ -32,6 +32,17 @@ from autograder.verdict.record import GraderFault
 NOTES: set[str] = set()
 # Every worker start of this process: (role, seconds until its cells were loaded), for the grading's profile.
 STARTS: list = []
+MAX_CALLS = 2000           # calls of the learner's code kept for a failed check's replay (autograder.verdict.known)
+MAX_KEPT = 1 << 20         # and the learner's answer to each, when it holds no more numbers than this
+
+
+def _size(out) -> int:
+    """How many numbers an answer holds (tensors in tuples, lists and dicts too)."""
+    if isinstance(out, (tuple, list)):
+        return sum(_size(o) for o in out)
+    if isinstance(out, dict):
+        return sum(_size(o) for o in out.values())
+    return int(out.numel()) if hasattr(out, "numel") else 0
 
 
 def on_gpu() -> bool:
@@ -49,6 +60,7 @@ class LearnerError(Exception):
     def __init__(self, type: str, mro: list, message: str, traceback: str = ""):
         super().__init__(type, message)
         self.type, self.mro, self.message, self.traceback = type, mro, message, traceback
+        self.origin: Any = None     # the call that raised it (autograder.verdict.known.Origin), when kept
 
     def __str__(self):
         return f"{self.type}: {self.message}" if self.message else self.type
@@ -84,6 +96,8 @@ class Learner:
         self.gpu_at_start: int | None = None      # GPU bytes the worker held before any learner code ran (driver)
         self.last_poll: dict | None = None        # the driver's polls during the last GPU memory measurement
         self.parts_server: Learner | None = None  # the worker of course code that computes them
+        self.assignment: str | None = None        # set by the suite: the tensors given back carry their call
+        self.calls: list[dict] = []               # the calls of the learner's code, in order (autograder.verdict.known)
 
     def _left(self, timeout: float) -> float:
         """`timeout`, cut to what is left of the learner's grading budget."""
@@ -429,22 +443,72 @@ class Learner:
         except WorkerDied:
             return {"error": f"the course's {name} could not run on what your code gave it"}
 
+    def record(self, call: dict) -> int:
+        """Keep a call of the learner's code (part, args, kwargs; for a module its handle and how it was made), for a
+        failed check to replay the known mistakes on the same calls (autograder.verdict.known); its position."""
+        if self.assignment is None or len(self.calls) >= MAX_CALLS:
+            return -1
+        self.calls.append(call)
+        return len(self.calls) - 1
+
+    @contextlib.contextmanager
+    def marking_errors(self, position: int):
+        """An exception the learner's code raises in the call at `position` carries that call."""
+        from autograder.verdict.known import Origin
+
+        try:
+            yield
+        except LearnerError as e:
+            if position >= 0:
+                e.origin = Origin(self.assignment or "", self.calls, position, None)
+            raise
+
+    def mark(self, out, position: int):
+        """Tag each tensor of `out`, an answer the learner's code gave to the call at `position`, with that call."""
+        import torch
+
+        from autograder.verdict.known import ORIGIN, Origin
+
+        if position < 0:
+            return out
+        if _size(out) <= MAX_KEPT:                 # the answer itself, for a replay to compare with
+            self.calls[position]["answer"] = out
+        items = list(out) if isinstance(out, tuple) else [out]
+        for i, t in enumerate(items):
+            if isinstance(t, torch.Tensor):
+                setattr(t, ORIGIN, Origin(self.assignment or "", self.calls, position,
+                                          i if isinstance(out, tuple) else None))
+        return out
+
     def fn(self, name: str):
         def call(*args, **kwargs):
-            return self.request({"op": "call", "name": name, "args": list(args), "kwargs": kwargs},
-                                what=f"{name}()")["ok"]
+            position = self.record({"part": name, "args": args, "kwargs": kwargs})
+            with self.marking_errors(position):
+                out = self.request({"op": "call", "name": name, "args": list(args), "kwargs": kwargs},
+                                   what=f"{name}()")["ok"]
+            return self.mark(out, position)
 
         call.__name__ = name
         return call
 
-    def twice(self, name: str, *args, handle: int | None = None, **kwargs) -> dict:
+    def twice(self, name: str, *args, handle: int | None = None, made: dict | None = None, **kwargs) -> dict:
         """Call `name` (or a module handle's forward) twice in one request, each call on its own copies of the
-        arguments, with autograd off and then on: {"first", "second", "args_after": [after the first, the second]}."""
+        arguments, with autograd off and then on: {"first", "second", "args_after": [after the first, the second]}.
+        `made`: how the module of `handle` was made (ctor, ctor_kwargs, state)."""
         req: dict[str, Any] = {"op": "call_twice", "name": name, "args": list(args), "kwargs": kwargs}
         if handle is not None:
             req["handle"] = handle
-        ok = self.request(req, what=f"{name}()")["ok"]
-        return ok if isinstance(ok, dict) else {}
+        position = self.record({"part": name, "args": args, "kwargs": kwargs, "twice": True, "handle": handle,
+                                **(made or {})})
+        with self.marking_errors(position):
+            ok = self.request(req, what=f"{name}()")["ok"]
+        if not isinstance(ok, dict):
+            return {}
+        self.mark(ok.get("second"), position)
+        self.mark(ok.get("first"), position)
+        if position >= 0 and "answer" in self.calls[position]:
+            self.calls[position]["answer"] = ok
+        return ok
 
     def new(self, name: str, *args, **kwargs) -> ModuleProxy:
         resp = self.request({"op": "new", "name": name, "args": list(args), "kwargs": kwargs},
@@ -452,35 +516,47 @@ class Learner:
         handle = resp["ok"].get("handle") if isinstance(resp["ok"], dict) else None
         if not isinstance(handle, int):
             raise WorkerDied("your code interfered with the grader's messages")
-        return ModuleProxy(self, name, handle)
+        return ModuleProxy(self, name, handle, args, kwargs)
 
     def seed(self, seed: int):
         self.request({"op": "seed", "seed": seed}, what="torch.manual_seed")
 
 
 class ModuleProxy:
-    def __init__(self, learner: Learner, name: str, handle: int):
+    def __init__(self, learner: Learner, name: str, handle: int, ctor: tuple = (), ctor_kwargs: dict | None = None):
         self.learner, self.name, self.handle = learner, name, handle
+        self.ctor, self.ctor_kwargs = tuple(ctor), dict(ctor_kwargs or {})
+        self.contract: dict | None = None       # the contract's state it was given (by the contract's names)
+
+    def made(self) -> dict:
+        return {"ctor": self.ctor, "ctor_kwargs": self.ctor_kwargs, "state": self.contract}
 
     def __call__(self, *args, **kwargs):
-        return self.learner.request({"op": "method", "handle": self.handle, "method": "forward",
-                                     "args": list(args), "kwargs": kwargs}, what=f"{self.name}.forward()")["ok"]
+        position = self.learner.record({"part": self.name, "args": args, "kwargs": kwargs, "handle": self.handle,
+                                        **self.made()})
+        with self.learner.marking_errors(position):
+            out = self.learner.request({"op": "method", "handle": self.handle, "method": "forward",
+                                        "args": list(args), "kwargs": kwargs}, what=f"{self.name}.forward()")["ok"]
+        return self.learner.mark(out, position)
 
     def twice(self, *args, **kwargs) -> dict:
-        return self.learner.twice(self.name, *args, handle=self.handle, **kwargs)
+        return self.learner.twice(self.name, *args, handle=self.handle, made=self.made(), **kwargs)
 
     def state_dict(self) -> dict:
         return self.learner.request({"op": "state_dict", "handle": self.handle}, what=f"{self.name}.state_dict()")["ok"]
 
-    def load_state_dict(self, state: dict):
-        self.learner.request({"op": "load_state_dict", "handle": self.handle, "state": state},
+    def load_state_dict(self, state: dict, strict: bool = True, contract: dict | None = None):
+        """Load `state` (`contract`: the same by the contract's names, when the learner's names differ)."""
+        self.learner.request({"op": "load_state_dict", "handle": self.handle, "state": state, "strict": strict},
                              what=f"{self.name}.load_state_dict()")
+        self.contract = state if contract is None else contract
 
     def backward(self, *args, grad, **kwargs) -> dict:
         return self.learner.request({"op": "backward", "handle": self.handle, "args": list(args),
                                      "kwargs": kwargs, "grad": grad}, what=f"{self.name} backward")["ok"]
 
     def train(self, x, y, steps: int, batch_size: int, lr: float, seed: int, timeout: float):
+        self.contract = None                    # its weights are its training's from now on: no replay follows them
         self.learner.request({"op": "train", "handle": self.handle, "x": x, "y": y, "steps": steps,
                               "batch_size": batch_size, "lr": lr, "seed": seed},
                              timeout=timeout, what=f"training {self.name}")

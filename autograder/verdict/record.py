@@ -29,8 +29,10 @@ class Check:
     label: str
     weight: float
     passed: bool
-    diagnosis: str | None = None
+    diagnosis: str | None = None  # what the test observed
     together: bool = False        # the part with the learner's own parts it uses (not the course's)
+    causes: list[str] = field(default_factory=list)     # known mistakes whose answers the learner's answer is
+    ruled_out: list[str] = field(default_factory=list)  # known mistakes wrong on this test's input that it is not
 
 
 @dataclass
@@ -47,32 +49,66 @@ class Verdict:
         return [c.label for c in self.checks if c.passed]
 
     @property
-    def failed(self) -> list[str]:
-        """What the learner reads: the notes, then each failed test's diagnosis once."""
-        return list(dict.fromkeys([*self.notes, *(c.diagnosis for c in self.checks if not c.passed and c.diagnosis)]))
+    def causes(self) -> list[str]:
+        """The causes the evidence points to: known mistakes some failed test's answer matched and none ruled out,
+        those that more tests matched first (autograder.verdict.known)."""
+        failed = [c for c in self.checks if not c.passed]
+        ruled_out = {r for c in failed for r in c.ruled_out}
+        counts: dict[str, int] = {}
+        for c in failed:
+            for cause in c.causes:
+                if cause not in ruled_out:
+                    counts[cause] = counts.get(cause, 0) + 1
+        return sorted(counts, key=lambda k: -counts[k])
 
-    def costs(self) -> list[tuple[str, float | None]]:
-        """Each failed test's diagnosis once, with the points the tests that failed with it cost (None when the
-        score does not come from the tests: a note set it)."""
-        total = sum(c.weight for c in self.checks)
-        cost: dict[str, float] = {}
+    def _groups(self) -> list[tuple[str | None, list[Check]]]:
+        """The failed tests by the cause named for them; each test no cause explains on its own (cause None), those
+        that observed the same thing together."""
+        causes = self.causes
+        groups: dict[tuple[str, str], list[Check]] = {("cause", c): [] for c in causes}
         for c in self.checks:
             if not c.passed and c.diagnosis:
-                cost[c.diagnosis] = cost.get(c.diagnosis, 0.0) + (self.points * c.weight / total if total else 0.0)
-        from_tests = abs(sum(cost.values()) - (self.points - self.score)) < 0.011
-        return [(d, round(v, 2) if from_tests else None) for d, v in cost.items()]
+                cause = next((k for k in causes if k in c.causes), None)
+                groups.setdefault(("cause", cause) if cause else ("seen", c.diagnosis), []).append(c)
+        return [(key if kind == "cause" else None, v) for (kind, key), v in groups.items() if v]
+
+    @property
+    def failed(self) -> list[str]:
+        """What the learner reads: the notes, each cause named, then what each failed test observed, once."""
+        seen = [c.diagnosis for _, checks in self._groups() for c in checks]
+        return list(dict.fromkeys([*self.notes, *self.causes, *(d for d in seen if d)]))
+
+    def costs(self) -> list[tuple[str | None, float | None, list[str]]]:
+        """(the cause named, or None; the points its tests cost, or None when the score does not come from the
+        tests, a note set it; what those tests observed, once each)."""
+        total = sum(c.weight for c in self.checks)
+        rows = [(cause, sum(self.points * c.weight / total if total else 0.0 for c in checks),
+                 list(dict.fromkeys(c.diagnosis for c in checks if c.diagnosis)))
+                for cause, checks in self._groups()]
+        from_tests = abs(sum(r[1] for r in rows) - (self.points - self.score)) < 0.011
+        return [(cause, round(cost, 2) if from_tests else None, seen) for cause, cost, seen in rows]
 
     def text(self) -> str:
-        """The graded cell's output: the score, the notes, what passed, and each mistake once with what it cost."""
+        """The graded cell's output: the score, the notes, what passed, each cause the evidence names with what its
+        tests observed, and each other failed test once, with what it cost."""
         lines = [f"{self.grade_id}: {self.score:g} / {self.points:g} points"
                  + ("" if self.status == GRADED else f" ({self.status})")]
         lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  passed: {p}" for p in self.passed]
-        lines += [f"  FAILED{'' if cost is None else f' (-{cost:g} points)'}: {d}" for d, cost in self.costs()]
+        for cause, cost, seen in self.costs():
+            price = "" if cost is None else f" (-{cost:g} points)"
+            if cause is None:
+                lines.append(f"  FAILED{price}: {seen[0]}")
+            else:
+                lines.append(f"  FAILED{price}: {cause}")
+                lines += [f"    seen: {d}" for d in seen]
         return "\n".join(lines)
 
     def comment(self) -> str:
-        found = [*self.notes, *(d if cost is None else f"{d} (-{cost:g} points)" for d, cost in self.costs())]
+        found = [*self.notes]
+        for cause, cost, seen in self.costs():
+            price = "" if cost is None else f" (-{cost:g} points)"
+            found.append(f"{cause or seen[0]}{price}")
         return "; ".join(found) if found else f"all hidden tests passed ({self.score:g}/{self.points:g})"
 
     def to_dict(self) -> dict:

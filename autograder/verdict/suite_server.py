@@ -10,6 +10,7 @@ and replaced when they fail a check. It runs no learner code. One JSON line per 
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import secrets
@@ -124,16 +125,19 @@ def preload(assignment: str) -> tuple[str, ...]:
 
 
 def ready_for(assignment: str):
-    """Import here what `assignment`'s suite also needs on the course's side: torch.export's tracer where its
-    learners' workers import it ahead (a structure drawing traces the course's module in the suite's process),
+    """Import here what `assignment`'s suite also needs on the course's side: torch's modules its learners' workers
+    import ahead (torch.export's tracer: a structure drawing traces the course's module in the suite's process;
+    dynamo: torch's meta kernels),
     once, kept out of the forked processes' collections like warm()'s imports; and start the fork server of its
     workers here, before the processes are forked that will ask it for workers."""
     from autograder import config
     from autograder.sandbox import box as sandbox
 
     sandbox.prepare_fork_server(config.current(), preload(assignment))
-    if "torch.export._trace" in preload(assignment) and "torch.export._trace" not in sys.modules:
-        import torch.export._trace  # noqa: F401
+    new = [m for m in preload(assignment) if m.startswith("torch.") and m not in sys.modules]
+    for name in new:
+        importlib.import_module(name)
+    if new:
         gc.freeze()
 
 

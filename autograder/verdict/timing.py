@@ -234,6 +234,7 @@ def peak_memory(target: Target, inputs: list[dict], kwargs: dict | None = None, 
         with gpu_lane(proxy):
             outputs, extra = proxy.gpu_memory_peak(lambda: target.run(seed, inputs, kwargs, timeout=timeout))
         return extra, outputs
+    proxy.request({"op": "release"}, what="(memory)")     # what earlier calls freed is not the learner's
     held = proxy.memory_held_since_start()
     proxy.reset_peak_memory()
     base, _ = proxy.memory_now_and_peak()

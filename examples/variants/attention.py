@@ -186,19 +186,62 @@ MHA_QUERY_LOOP = MHA_EINSUM.replace(
     "        out = torch.stack(rows, 1).flatten(-2)\n")
 assert MHA_QUERY_LOOP != MHA_EINSUM
 
+BLOCKWISE_LSE = """def blockwise_attention(q, k, v, causal=False, block_size=64):
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    lse = torch.full(q.shape[:-1], float("-inf"), dtype=q.dtype, device=q.device)   # log of the running sum
+    out = torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype, device=q.device)
+    rows = torch.arange(Lq, device=q.device)[:, None]
+    for start in range(0, Lk, block_size):
+        s = q @ k[..., start:start + block_size, :].transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if causal:
+            cols = torch.arange(start, start + s.shape[-1], device=q.device)[None, :]
+            s = s.masked_fill(cols > rows, float("-inf"))
+        block_lse = torch.logsumexp(s, dim=-1)
+        new_lse = torch.logaddexp(lse, block_lse)
+        safe = torch.where(torch.isfinite(new_lse), new_lse, torch.zeros_like(new_lse))
+        vb = v[..., start:start + block_size, :]
+        out = out * torch.exp(lse - safe)[..., None] + torch.exp(s - safe[..., None]) @ vb
+        lse = new_lse
+    return out
+"""
+
+
+def changed(source: str, old: str, new: str) -> str:
+    """`source` with `old` replaced by `new` (which must be there: a variant that changes nothing is no variant)."""
+    assert old in source, old
+    return source.replace(old, new)
+
+
+def bug(name: str, cells: dict, cause: str, cell: str | None = None, together: dict | None = None, about: str = ""):
+    """A known mistake whose graded cell names `cause` (the cell of the first part it changes unless `cell`)."""
+    gid = f"{cell or next(iter(cells))}_tests"
+    return Bug(name, cells, {gid: cause}, about, together=together or {}, cause=cause)
+
+
+def observed(name: str, cells: dict, text: str, about: str = ""):
+    """A known mistake only a measurement sees (time, memory, the library ban): it names no cause."""
+    return Bug(name, cells, {f"{next(iter(cells))}_tests": text}, about)
+
+
+MHA_FIRST = {"MultiHeadAttention_tests": "fix part 1 (scaled_dot_product_attention) first"}
+SLOW = "the time of the reference solution"
+MEMORY = "of extra memory, while the whole score matrix"
+SDPA = "scaled_dot_product_attention"
+MHA = "MultiHeadAttention"
+BLOCK = "blockwise_attention"
+
 VARIANTS = [
-    Correct("softmax_einsum", {"scaled_dot_product_attention": SDPA_SOFTMAX, "causal_mask": CAUSAL_ARANGE,
-                               "MultiHeadAttention": MHA_EINSUM, "blockwise_attention": BLOCKWISE_LIST},
+    Correct("softmax_einsum", {SDPA: SDPA_SOFTMAX, "causal_mask": CAUSAL_ARANGE, MHA: MHA_EINSUM,
+                               BLOCK: BLOCKWISE_LIST},
             "torch.softmax with NaN rows set to 0, einsum everywhere, an additive -inf causal bias"),
-    Correct("where_and_head_loop", {"scaled_dot_product_attention": SDPA_WHERE, "causal_mask": CAUSAL_TRIU,
-                                    "MultiHeadAttention": MHA_LOOP, "blockwise_attention": BLOCKWISE_F64},
+    Correct("where_and_head_loop", {SDPA: SDPA_WHERE, "causal_mask": CAUSAL_TRIU, MHA: MHA_LOOP,
+                                    BLOCK: BLOCKWISE_F64},
             "torch.where masks, a loop over heads, blockwise attention accumulated in float64"),
-    Bug("sdpa_nan_rows", {"scaled_dot_product_attention": SDPA_SOFTMAX.replace(
-        "    weights = torch.nan_to_num(weights, nan=0.0)\n", "")},
-        {"scaled_dot_product_attention_tests": "rows with every key masked give NaN"},
-        "the softmax of a row that is all -inf is left as NaN"),
-    Bug("sdpa_no_max_subtracted", {"scaled_dot_product_attention":
-                                   '''def scaled_dot_product_attention(q, k, v, mask=None):
+    Correct("log_sum_exp_state", {BLOCK: BLOCKWISE_LSE}, "an online softmax that keeps the log of the running sum"),
+    bug("sdpa_nan_rows", {SDPA: changed(SDPA_SOFTMAX, "    weights = torch.nan_to_num(weights, nan=0.0)\n", "")},
+        "the softmax of a row whose keys are all masked is NaN (0/0): such a query gets zero weights and a zero "
+        "output"),
+    bug("sdpa_no_max_subtracted", {SDPA: """def scaled_dot_product_attention(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     e = torch.exp(scores)
     if mask is not None:
@@ -206,73 +249,151 @@ VARIANTS = [
     total = e.sum(dim=-1, keepdim=True)
     weights = torch.where(total > 0, e / total, torch.zeros_like(e))
     return weights @ v, weights
-'''}, {"scaled_dot_product_attention_tests": "exp(1e4) overflows"}, "exp of the raw scores"),
-    Bug("sdpa_mask_inverted", {"scaled_dot_product_attention": SDPA_SOFTMAX.replace("mask.logical_not()", "mask")},
-        {"scaled_dot_product_attention_tests": "mask is inverted"},
-        "True taken as blocked; a right MultiHeadAttention using it loses only its test with the learner's own parts",
-        together={"MultiHeadAttention_tests": "fix part 1 (scaled_dot_product_attention) first"}),
-    Bug("sdpa_softmax_over_queries", {"scaled_dot_product_attention": SDPA_SOFTMAX.replace(
-        "torch.softmax(scores, dim=-1)", "torch.softmax(scores, dim=-2)")},
-        {"scaled_dot_product_attention_tests": "softmax over dim -2"},
-        "the softmax taken over the queries; a right MultiHeadAttention using it loses only its test with the "
-        "learner's own parts",
-        together={"MultiHeadAttention_tests": "fix part 1 (scaled_dot_product_attention) first"}),
-    Bug("sdpa_unscaled", {"scaled_dot_product_attention": SDPA_SOFTMAX.replace(" / math.sqrt(q.size(-1))", "")},
-        {"scaled_dot_product_attention_tests": "the scores are not scaled: divide q k^T by sqrt(d)"},
-        "the 1/sqrt(d) forgotten; a right MultiHeadAttention using it loses only its test with the learner's own parts",
-        together={"MultiHeadAttention_tests": "fix part 1 (scaled_dot_product_attention) first"}),
-    Bug("causal_no_diagonal", {"causal_mask": "def causal_mask(seq_len, device=None):\n"
+"""}, "the exponential of the raw scores overflows for large scores: subtract each row's largest score before exp"),
+    bug("sdpa_mask_inverted", {SDPA: changed(SDPA_SOFTMAX, "mask.logical_not()", "mask")},
+        "the mask is inverted: True means the query may attend to the key", together=MHA_FIRST),
+    bug("sdpa_softmax_over_queries", {SDPA: changed(SDPA_SOFTMAX, "torch.softmax(scores, dim=-1)",
+                                                    "torch.softmax(scores, dim=-2)")},
+        "the softmax is taken over the queries (dim -2); each query's weights over the keys (dim -1) sum to 1",
+        together=MHA_FIRST),
+    bug("sdpa_unscaled", {SDPA: changed(SDPA_SOFTMAX, " / math.sqrt(q.size(-1))", "")},
+        "the scores are not scaled: divide q k^T by sqrt(d)", together=MHA_FIRST),
+    bug("sdpa_scaled_by_d", {SDPA: changed(SDPA_SOFTMAX, "math.sqrt(q.size(-1))", "q.size(-1)")},
+        "the scores are divided by d; divide by sqrt(d)", together=MHA_FIRST),
+    bug("sdpa_scale_from_values", {SDPA: changed(SDPA_SOFTMAX, "math.sqrt(q.size(-1))", "math.sqrt(v.size(-1))")},
+        "the scale comes from the size of the values; it is sqrt(d), d = q.shape[-1], the size of queries and keys"),
+    bug("sdpa_mask_after_softmax", {SDPA: """def scaled_dot_product_attention(q, k, v, mask=None):
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    if mask is not None:
+        weights = weights * mask
+    return weights @ v, weights
+"""}, "the weights are zeroed after the softmax, so the allowed keys' weights no longer sum to 1: mask the scores "
+      "(-inf) before the softmax", together=MHA_FIRST),
+    bug("sdpa_softmax_float32", {SDPA: changed(SDPA_SOFTMAX, "torch.softmax(scores, dim=-1)",
+                                               "torch.softmax(scores.float(), dim=-1).to(q.dtype)")},
+        "the softmax is computed in float32: compute in the dtype of q (a float64 answer is held to float64's "
+        "precision)"),
+    bug("sdpa_writes_mask", {SDPA: """def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is None:
+        weights = torch.softmax(scores, dim=-1)
+    else:
+        empty = ~mask.any(dim=-1, keepdim=True)
+        mask |= empty                            # rows with no key may see every key; their weights are zeroed below
+        weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1).masked_fill(empty, 0.0)
+    return weights @ v, weights
+"""}, "the mask is written into: it comes back changed where a row was all False; compute on a copy"),
+    bug("sdpa_max_before_mask", {SDPA: """def scaled_dot_product_attention(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True))      # the largest score, masked or not
+    if mask is not None:
+        e = e * mask
+    total = e.sum(dim=-1, keepdim=True)
+    weights = e / total.clamp_min(torch.finfo(q.dtype).tiny)
+    return weights @ v, weights
+"""}, "each row's largest score is taken before masking: when a masked key has the largest score the allowed keys' "
+      "exponentials underflow to 0; take the maximum over the allowed keys"),
+    bug("causal_no_diagonal", {"causal_mask": "def causal_mask(seq_len, device=None):\n"
                                               "    return torch.ones(seq_len, seq_len, device=device)"
                                               ".tril(-1).bool()\n"},
-        {"causal_mask_tests": "the diagonal must be True"}),
-    Bug("mha_heads_mixed", {"MultiHeadAttention": MHA_EINSUM.replace(
-        '''        q = self.q_proj(query).unflatten(-1, (self.h, -1))      # (B, Lq, H, dh)
+        "the diagonal is False: a position may attend to itself (key j <= query i)"),
+    bug("causal_upper", {"causal_mask": changed(CAUSAL_ARANGE, "i[None, :] <= i[:, None]",
+                                                "i[None, :] >= i[:, None]")},
+        "the mask is the upper triangle: mask[i, j] (query i, key j) is True where j <= i, the lower triangle"),
+    bug("causal_inverted", {"causal_mask": changed(CAUSAL_ARANGE, "i[None, :] <= i[:, None]",
+                                                   "i[None, :] > i[:, None]")},
+        "the mask is inverted: True (may attend) where key j <= query i"),
+    bug("causal_ignores_device", {"causal_mask": changed(CAUSAL_ARANGE, "torch.arange(seq_len, device=device)",
+                                                         "torch.arange(seq_len)")},
+        "the mask is made on the default device, whatever `device` asks for"),
+    bug("causal_table_128", {"causal_mask": """_TABLE = torch.ones(128, 128, dtype=torch.bool).tril()
+
+
+def causal_mask(seq_len, device=None):
+    return _TABLE[:seq_len, :seq_len].to(device)
+"""}, "the mask is cut from a table of 128 positions: a longer sequence needs a larger mask"),
+    bug("mha_heads_mixed", {MHA: changed(changed(MHA_EINSUM,
+        """        q = self.q_proj(query).unflatten(-1, (self.h, -1))      # (B, Lq, H, dh)
         k = self.k_proj(key).unflatten(-1, (self.h, -1))
-        v = self.v_proj(value).unflatten(-1, (self.h, -1))''',
-        '''        B, Lq, D = query.shape
+        v = self.v_proj(value).unflatten(-1, (self.h, -1))""",
+        """        B, Lq, D = query.shape
         Lk = key.shape[1]
         q = self.q_proj(query).view(B, self.h, Lq, -1).transpose(1, 2)
         k = self.k_proj(key).view(B, self.h, Lk, -1).transpose(1, 2)
-        v = self.v_proj(value).view(B, self.h, Lk, -1).transpose(1, 2)''').replace(
+        v = self.v_proj(value).view(B, self.h, Lk, -1).transpose(1, 2)"""),
         "out = torch.einsum(\"bhqk,bkhd->bqhd\", w, v).flatten(-2)",
         "out = torch.einsum(\"bhqk,bkhd->bhqd\", w, v).reshape(B, Lq, D)")},
-        {"MultiHeadAttention_tests": "heads mixed"}, "the projections viewed as (B, H, L, d_head) directly"),
-    Bug("mha_scaled_by_d_model", {"MultiHeadAttention": MHA_EINSUM.replace("math.sqrt(q.shape[-1])",
-                                                                           "math.sqrt(self.h * q.shape[-1])")},
-        {"MultiHeadAttention_tests": "1/sqrt(d_model)"}),
-    Bug("blockwise_no_rescale", {"blockwise_attention": BLOCKWISE_LIST.replace(
-        "        alpha = (m - m_use).exp()\n", "        alpha = 1.0\n")},
-        {"blockwise_attention_tests": "exp(m - m')"}, "the running sums are not rescaled when the max grows"),
-    Bug("blockwise_causal_bottom_right", {"blockwise_attention": BLOCKWISE_LIST.replace(
-        "cols = torch.arange(s, e, device=q.device).unsqueeze(0)",
-        "cols = torch.arange(s, e, device=q.device).unsqueeze(0) - (Lk - Lq)")},
-        {"blockwise_attention_tests": "not aligned at the end"}, "the causal diagonal aligned with the last key"),
-    Bug("blockwise_library", {"blockwise_attention": '''def blockwise_attention(q, k, v, causal=False, block_size=64):
+        "the heads are cut from the positions: reshape each projection to (B, L, n_heads, d_head), then transpose to "
+        "(B, n_heads, L, d_head)"),
+    bug("mha_merge_mixed", {MHA: changed(MHA_EINSUM, "out = torch.einsum(\"bhqk,bkhd->bqhd\", w, v).flatten(-2)",
+                                         "out = torch.einsum(\"bhqk,bkhd->bhqd\", w, v)"
+                                         ".reshape(q.shape[0], q.shape[1], -1)")},
+        "the heads are put back without transposing: (B, n_heads, Lq, d_head) goes to (B, Lq, n_heads, d_head) "
+        "before the reshape to (B, Lq, d_model)"),
+    bug("mha_scaled_by_d_model", {MHA: changed(MHA_EINSUM, "math.sqrt(q.shape[-1])",
+                                               "math.sqrt(self.h * q.shape[-1])")},
+        "the scores are scaled by 1/sqrt(d_model); each head scales by 1/sqrt(d_head)"),
+    bug("mha_no_out_proj", {MHA: changed(MHA_EINSUM, "        return self.out_proj(out)\n", "        return out\n")},
+        "out_proj is not applied to the heads put side by side"),
+    bug("mha_keys_from_query", {MHA: changed(changed(MHA_EINSUM, "self.k_proj(key)", "self.k_proj(query)"),
+                                             "self.v_proj(value)", "self.v_proj(query)")},
+        "the keys and values are projected from `query`; they come from `key` and `value` when those are given"),
+    bug("mha_mask_ignored", {MHA: changed(MHA_EINSUM, "        if mask is not None:\n"
+                                          "            scores = scores.masked_fill(~mask, float(\"-inf\"))\n", "")},
+        "the mask is not used: it goes to the attention of every head"),
+    bug("mha_mask_not_broadcast_over_heads", {MHA: changed(MHA_LOOP, "m = mask if mask.dim() < 4 else mask[:, 0]",
+                                                           "m = mask")},
+        "a (B, 1, Lq, Lk) mask given as it is to each head's attention, whose scores are (B, Lq, Lk), broadcasts "
+        "over the batch: drop its head dimension for one head, or run the heads together"),
+    bug("blockwise_no_rescale", {BLOCK: changed(BLOCKWISE_LIST, "        alpha = (m - m_use).exp()\n",
+                                                "        alpha = 1.0\n")},
+        "when a block raises the running max from m to m', the running sum and output are not multiplied by "
+        "exp(m - m') before the block's terms are added"),
+    bug("blockwise_causal_bottom_right", {BLOCK: changed(BLOCKWISE_LIST,
+                                                         "cols = torch.arange(s, e, device=q.device).unsqueeze(0)",
+                                                         "cols = torch.arange(s, e, device=q.device)"
+                                                         ".unsqueeze(0) - (Lk - Lq)")},
+        "with causal=True and Lq != Lk the diagonal is aligned at the end; key j is visible to query i when j <= i, "
+        "counted from the start of both (as F.scaled_dot_product_attention(is_causal=True))"),
+    bug("blockwise_causal_ignored", {BLOCK: changed(BLOCKWISE_LIST, "        if causal:\n", "        if False:\n")},
+        "causal=True is ignored"),
+    bug("blockwise_causal_strict", {BLOCK: changed(BLOCKWISE_LIST, "cols > rows", "cols >= rows")},
+        "with causal=True the diagonal is hidden: query i sees key j when j <= i, itself included"),
+    bug("blockwise_drops_last_block", {BLOCK: changed(BLOCKWISE_LIST, "starts = list(range(0, Lk, block_size))",
+                                                      "starts = list(range(0, Lk - block_size + 1, block_size))")},
+        "the last, shorter block of keys is dropped: Lk need not be a multiple of block_size"),
+    bug("blockwise_max_starts_at_zero", {BLOCK: changed(BLOCKWISE_LIST,
+        "m = torch.full(q.shape[:-1] + (1,), -math.inf, dtype=q.dtype, device=q.device)",
+        "m = torch.zeros(q.shape[:-1] + (1,), dtype=q.dtype, device=q.device)")},
+        "the running maximum starts at 0, not -inf: in a row whose every score is far below 0 each exp underflows "
+        "and the row is 0/0"),
+    observed("blockwise_library", {BLOCK: """def blockwise_attention(q, k, v, causal=False, block_size=64):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-'''}, {"blockwise_attention_tests": "library version"}, "calls F.scaled_dot_product_attention"),
-    Bug("sdpa_query_loop", {"scaled_dot_product_attention": SDPA_QUERY_LOOP},
-        {"scaled_dot_product_attention_tests": "vectorise it"},
-        "correct, but a Python loop over query positions; MultiHeadAttention is timed with the course's attention"),
-    Bug("mha_inline_query_loop", {"MultiHeadAttention": MHA_QUERY_LOOP},
-        {"MultiHeadAttention_tests": "vectorise it"},
-        "correct, but the attention written out in MultiHeadAttention with a Python loop over query positions"),
-    Bug("blockwise_full_matrix", {"blockwise_attention": BLOCKWISE_FULL_MATRIX},
-        {"blockwise_attention_tests": "never build an Lq x Lk matrix"}, "exact, but holds the whole score matrix"),
-    Bug("blockwise_full_matrix_unseen", {"blockwise_attention": BLOCKWISE_FULL_MATRIX_UNSEEN},
-        {"blockwise_attention_tests": "never build an Lq x Lk matrix"},
-        "the whole score matrix, then on a GPU the allocator's cache emptied and its peak statistics reset"),
-    Bug("blockwise_skips_long_inputs", {"blockwise_attention": BLOCKWISE_LIST.replace(
+"""}, "library version", "calls F.scaled_dot_product_attention"),
+    observed("sdpa_query_loop", {SDPA: SDPA_QUERY_LOOP}, SLOW,
+             "correct, but a Python loop over query positions; MultiHeadAttention is timed with the course's "
+             "attention"),
+    observed("mha_inline_query_loop", {MHA: MHA_QUERY_LOOP}, SLOW,
+             "correct, but the attention written out in MultiHeadAttention with a Python loop over query positions"),
+    observed("blockwise_full_matrix", {BLOCK: BLOCKWISE_FULL_MATRIX}, MEMORY,
+             "exact, but holds the whole score matrix"),
+    observed("blockwise_full_matrix_unseen", {BLOCK: BLOCKWISE_FULL_MATRIX_UNSEEN}, MEMORY,
+             "the whole score matrix, then on a GPU the allocator's cache emptied and its peak statistics reset"),
+    observed("blockwise_causal_full_mask", {BLOCK: changed(BLOCKWISE_LIST, "    for s in starts:\n",
+        "    if causal:                                               # the whole additive mask, made once\n"
+        "        full = torch.zeros(Lq, Lk, dtype=q.dtype, device=q.device)\n"
+        "        full = full.masked_fill(torch.arange(Lk, device=q.device)[None, :] > rows, -math.inf)\n"
+        "    for s in starts:\n").replace(
+        "            scores = scores + torch.zeros(Lq, e - s, dtype=q.dtype, device=q.device)"
+        ".masked_fill(cols > rows, -math.inf)",
+        "            scores = scores + full[:, s:e]")}, MEMORY,
+        "exact, but with causal=True an additive Lq x Lk mask is built first"),
+    observed("blockwise_skips_long_inputs", {BLOCK: changed(BLOCKWISE_LIST,
         "def blockwise_attention(q, k, v, causal=False, block_size=64):\n",
         "def blockwise_attention(q, k, v, causal=False, block_size=64):\n"
         "    if k.shape[-2] > 4096:                                   # cheap exactly where memory is measured\n"
         "        return torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)\n")},
-        {"blockwise_attention_tests": "the memory of a wrong answer does not count"},
-        "returns zeros for long inputs, where the memory check looks"),
-    Bug("mha_mask_not_broadcast_over_heads", {"MultiHeadAttention": MHA_LOOP.replace(
-        "m = mask if mask.dim() < 4 else mask[:, 0]", "m = mask")},
-        {"MultiHeadAttention_tests": "with a 2x1x7x10 mask has shape (2, 2, 7, 24)"},
-        "a loop over heads that gives each head the (B, 1, Lq, Lk) padding mask as it is: against one head's "
-        "(B, Lq, Lk) scores it broadcasts to (B, B, Lq, Lk)"),
+        "the memory of a wrong answer does not count", "returns zeros for long inputs, where the memory check looks"),
 ]
 
 # The known mistakes each visible check catches: variant -> (visible-check cell, text of its message).
@@ -288,6 +409,17 @@ VISIBLE = {
     "mha_scaled_by_d_model": ("MultiHeadAttention_checks", "scaled by 1/sqrt(d_model)"),
     "mha_mask_not_broadcast_over_heads": ("MultiHeadAttention_checks", "a padding mask of shape (B, 1, Lq, Lk)"),
     "mha_inline_query_loop": ("MultiHeadAttention_speed", "a Python loop over positions? vectorise it"),
+    "sdpa_scaled_by_d": ("scaled_dot_product_attention_checks", "the scores are divided by d"),
+    "sdpa_scale_from_values": ("scaled_dot_product_attention_checks", "the scale comes from the size of the values"),
+    "sdpa_mask_after_softmax": ("scaled_dot_product_attention_checks", "mask the scores (-inf) before the softmax"),
+    "causal_upper": ("causal_mask_checks", "yours is the upper triangle"),
+    "causal_inverted": ("causal_mask_checks", "yours is inverted"),
+    "mha_merge_mixed": ("MultiHeadAttention_checks", "heads mixed"),
+    "mha_no_out_proj": ("MultiHeadAttention_checks", "out_proj is not applied"),
+    "mha_mask_ignored": ("MultiHeadAttention_checks", "the mask is ignored"),
+    "blockwise_causal_ignored": ("blockwise_attention_checks", "causal=True is ignored"),
+    "blockwise_causal_strict": ("blockwise_attention_checks", "query i sees the keys j <= i"),
+    "blockwise_drops_last_block": ("blockwise_attention_checks", "the last, shorter block of keys is dropped"),
     "blockwise_no_rescale": ("blockwise_attention_checks", "exp(m - m')"),
     "blockwise_causal_bottom_right": ("blockwise_attention_checks", "not aligned at the end"),
     "blockwise_full_matrix": ("blockwise_attention_speed", "never build an Lq x Lk matrix"),
@@ -297,4 +429,12 @@ VISIBLE = {
 HIDDEN_ONLY = {
     "blockwise_library": "right values: the grader sees the library call",
     "blockwise_skips_long_inputs": "wrong only at lengths far beyond a visible check",
+    "sdpa_softmax_float32": "the visible checks use float32 inputs, where a float32 softmax is right",
+    "sdpa_writes_mask": "the visible checks do not look at the mask after a call",
+    "sdpa_max_before_mask": "wrong only when a masked key holds a row's largest score by far",
+    "causal_ignores_device": "the visible checks ask for the default device",
+    "causal_table_128": "the visible checks stay within 128 positions",
+    "mha_keys_from_query": "the visible cross-attention check ends in a shape error, not a named failed check",
+    "blockwise_max_starts_at_zero": "wrong only for rows whose every score is far below 0",
+    "blockwise_causal_full_mask": "exact values: only the memory of a causal call shows it",
 }

@@ -59,26 +59,71 @@ ALIBI_LOOP = '''def alibi_bias(n_heads, seq_len):
     return torch.stack([-s * dist for s in _slopes(n_heads)])
 '''
 
+SIN_CACHED = '''_TABLES = {}
+
+
+def sinusoidal_encoding(seq_len, d_model, base=10000.0):
+    if d_model % 2:
+        raise ValueError("d_model must be even")
+    if (seq_len, d_model) not in _TABLES:
+        p = torch.arange(seq_len, dtype=torch.float64)[:, None]
+        angles = p * base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+        _TABLES[seq_len, d_model] = torch.stack([angles.sin(), angles.cos()], dim=-1).reshape(seq_len, d_model).float()
+    return _TABLES[seq_len, d_model]
+'''
+
+ROPE_ANGLES_FLOAT32 = '''def rope(x, base=10000.0):
+    L, d = x.shape[-2], x.shape[-1]
+    if d % 2:
+        raise ValueError("odd")
+    theta = torch.arange(L, dtype=torch.float32)[:, None] * base ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
+    c, s = torch.cos(theta).to(x.dtype), torch.sin(theta).to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1).flatten(-2)
+'''
+
+
+def _sin(cause, cells, **kw):
+    return Bug(cause[0], cells, {"sinusoidal_encoding_tests": cause[1]}, cause=cause[1], **kw)
+
+
+def _rope(cause, cells, **kw):
+    return Bug(cause[0], cells, {"rope_tests": cause[1]}, cause=cause[1], **kw)
+
+
+def _alibi(cause, cells, **kw):
+    return Bug(cause[0], cells, {"alibi_bias_tests": cause[1]}, cause=cause[1], **kw)
+
+
 VARIANTS = [
     Correct("exp_log_frequencies", {"sinusoidal_encoding": SIN_EXP_LOG},
             "frequencies as exp(-2i log(base) / d), computed in float32 (the common tutorial form)"),
     Correct("numpy_then_converted", {"sinusoidal_encoding": SIN_NUMPY, "rope": ROPE_COMPLEX, "alibi_bias": ALIBI_LOOP},
             "numpy for the encoding, complex numbers for RoPE, a list of heads for ALiBi"),
     Correct("rope_in_dtype", {"rope": ROPE_MATRIX}, "RoPE computed at the input's precision with slicing"),
-    Bug("sin_cos_swapped", {"sinusoidal_encoding": SIN_EXP_LOG.replace("torch.sin(position", "torch.COS(position")
-                            .replace("torch.cos(position", "torch.sin(position").replace("COS", "cos")},
-        {"sinusoidal_encoding_tests": "sin and cos are swapped"}),
-    Bug("halves_concatenated", {"sinusoidal_encoding": SIN_EXP_LOG.replace(
-        "    pe[:, 0::2] = torch.sin(position * div_term)\n    pe[:, 1::2] = torch.cos(position * div_term)\n",
-        "    pe = torch.cat([torch.sin(position * div_term), torch.cos(position * div_term)], dim=1)\n")},
-        {"sinusoidal_encoding_tests": "not concatenated halves"}),
-    Bug("frequency_index_i", {"sinusoidal_encoding": SIN_EXP_LOG.replace(
-        "torch.arange(0, d_model, 2).float()", "torch.arange(d_model // 2).float()")},
-        {"sinusoidal_encoding_tests": "use the even index 2i, not i"}),
-    Bug("no_value_error", {"sinusoidal_encoding": SIN_EXP_LOG.replace(
-        '    if d_model % 2 == 1:\n        raise ValueError("d_model must be even")\n', "")},
-        {"sinusoidal_encoding_tests": "must raise ValueError"}),
-    Bug("rope_halves", {"rope": '''def rope(x, base=10000.0):
+    _sin(("sin_cos_swapped", "sin and cos are swapped: column 2i is the sine, column 2i+1 the cosine"),
+         {"sinusoidal_encoding": SIN_EXP_LOG.replace("torch.sin(position", "torch.COS(position")
+          .replace("torch.cos(position", "torch.sin(position").replace("COS", "cos")}),
+    _sin(("halves_concatenated", "the sines and cosines are concatenated halves; they are interleaved: column 2i "
+                                 "the sine, 2i+1 the cosine"),
+         {"sinusoidal_encoding": SIN_EXP_LOG.replace(
+             "    pe[:, 0::2] = torch.sin(position * div_term)\n    pe[:, 1::2] = torch.cos(position * div_term)\n",
+             "    pe = torch.cat([torch.sin(position * div_term), torch.cos(position * div_term)], dim=1)\n")}),
+    _sin(("frequency_index_i", "the frequency of pair i is base^(-2i/d_model): use the even index 2i, not i"),
+         {"sinusoidal_encoding": SIN_EXP_LOG.replace("torch.arange(0, d_model, 2).float()",
+                                                     "torch.arange(d_model // 2).float()")}),
+    _sin(("no_value_error", "an odd d_model does not raise ValueError: sin/cos pairs need an even d_model"),
+         {"sinusoidal_encoding": SIN_EXP_LOG.replace(
+             '    if d_model % 2 == 1:\n        raise ValueError("d_model must be even")\n', "")}),
+    _sin(("sin_positions_from_one", "the positions are counted from 1; they count from 0"),
+         {"sinusoidal_encoding": SIN_EXP_LOG.replace("torch.arange(seq_len)", "torch.arange(1, seq_len + 1)")}),
+    _sin(("sin_base_ignored", "the `base` argument is ignored: 10000 is used whatever it is"),
+         {"sinusoidal_encoding": SIN_EXP_LOG.replace("math.log(base)", "math.log(10000.0)")}),
+    _sin(("sin_cached_by_size", "a table kept from an earlier call with the same sizes is returned, whatever the "
+                                "base: compute the table for the arguments of each call"),
+         {"sinusoidal_encoding": SIN_CACHED}),
+    _rope(("rope_halves", "the pairs are the two halves (x[i], x[i + d/2]); they are the neighbours (x[2i], "
+                          "x[2i+1]), interleaved"), {"rope": '''def rope(x, base=10000.0):
     L, d = x.shape[-2:]
     if d % 2:
         raise ValueError("odd")
@@ -86,26 +131,35 @@ VARIANTS = [
     cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
-'''}, {"rope_tests": "interleaved, not the two halves"}),
-    Bug("rope_backwards", {"rope": ROPE_MATRIX.replace("c, s = torch.cos(theta), torch.sin(theta)",
-                                                       "c, s = torch.cos(theta), -torch.sin(theta)")},
-        {"rope_tests": "the rotation goes the wrong way"}),
-    Bug("rope_in_place", {"rope": ROPE_MATRIX.replace("out = x.clone()", "out = x").replace(
-        "    out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s\n"
-        "    out[..., 1::2] = x[..., 0::2] * s + x[..., 1::2] * c\n",
-        "    a, b = x[..., 0::2].clone(), x[..., 1::2].clone()\n"
-        "    out[..., 0::2] = a * c - b * s\n    out[..., 1::2] = a * s + b * c\n")},
-        {"rope_tests": "modifies its input"}),
-    Bug("alibi_slope_from_one", {"alibi_bias": ALIBI_LOOP.replace("start ** (h + 1)", "start ** h")},
-        {"alibi_bias_tests": "use h + 1 in the exponent"}),
-    Bug("alibi_naive_slopes", {"alibi_bias": '''def alibi_bias(n_heads, seq_len):
+'''}),
+    _rope(("rope_backwards", "the rotation goes the wrong way (clockwise): out[2i] = x[2i] cos - x[2i+1] sin"),
+          {"rope": ROPE_MATRIX.replace("c, s = torch.cos(theta), torch.sin(theta)",
+                                       "c, s = torch.cos(theta), -torch.sin(theta)")}),
+    _rope(("rope_in_place", "rope writes its result into x: compute on a copy or out of place"),
+          {"rope": ROPE_MATRIX.replace("out = x.clone()", "out = x").replace(
+              "    out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s\n"
+              "    out[..., 1::2] = x[..., 0::2] * s + x[..., 1::2] * c\n",
+              "    a, b = x[..., 0::2].clone(), x[..., 1::2].clone()\n"
+              "    out[..., 0::2] = a * c - b * s\n    out[..., 1::2] = a * s + b * c\n")}),
+    _rope(("rope_positions_from_one", "the positions are counted from 1; they count from 0"),
+          {"rope": ROPE_MATRIX.replace("torch.arange(L, dtype=x.dtype)", "torch.arange(1, L + 1, dtype=x.dtype)")}),
+    _rope(("rope_base_ignored", "the `base` argument is ignored: 10000 is used whatever it is"),
+          {"rope": ROPE_MATRIX.replace("(1.0 / base **", "(1.0 / 10000.0 **")}),
+    _rope(("rope_angles_float32", "the angles are computed in float32: for a float64 x compute them in float64 (its "
+                                  "answer is held to float64's precision)"), {"rope": ROPE_ANGLES_FLOAT32}),
+    _alibi(("alibi_slope_from_one", "the first head's slope is 1; it is 2^(-8/n): use h + 1 in the exponent"),
+           {"alibi_bias": ALIBI_LOOP.replace("start ** (h + 1)", "start ** h")}),
+    _alibi(("alibi_naive_slopes", "the rule 2^(-8(h+1)/n) is used for every head count; it holds for a power of "
+                                  "two n only, other head counts follow Press et al. 2021"),
+           {"alibi_bias": '''def alibi_bias(n_heads, seq_len):
     slopes = torch.tensor([2 ** (-8 * (h + 1) / n_heads) for h in range(n_heads)])
     i = torch.arange(seq_len)
     dist = (i[:, None] - i[None, :]).abs().float()
     return -slopes[:, None, None] * dist
-'''}, {"alibi_bias_tests": "for a power of two n only"}),
-    Bug("alibi_signed_distance", {"alibi_bias": ALIBI_LOOP.replace(".abs().float()", ".float()")},
-        {"alibi_bias_tests": "penalty"}),
+'''}),
+    _alibi(("alibi_signed_distance", "the bias uses the signed distance i - j; it is -m_h * |i - j|, a penalty in "
+                                     "both directions"),
+           {"alibi_bias": ALIBI_LOOP.replace(".abs().float()", ".float()")}),
 ]
 
 # The known mistakes each visible check catches: variant -> (visible-check cell, text of its message).
@@ -122,4 +176,11 @@ VISIBLE = {
     "alibi_signed_distance": ("alibi_bias_checks", "is a penalty"),
 }
 # The known mistakes no visible check can see, and why: only the hidden tests catch them.
-HIDDEN_ONLY: dict[str, str] = {}
+HIDDEN_ONLY = {
+    "sin_positions_from_one": "the visible checks test position 0 only through the table at base 10000",
+    "sin_base_ignored": "the visible checks call it with the default base only",
+    "sin_cached_by_size": "the visible checks never call it twice with the same sizes",
+    "rope_positions_from_one": "the visible checks do not isolate position 0",
+    "rope_base_ignored": "the visible checks call it with the default base only",
+    "rope_angles_float32": "the visible checks use float32 inputs, where float32 angles are right",
+}

@@ -68,36 +68,72 @@ TINY_GPT2_INIT = '''class TinyTransformer(nn.Module):
         return self.unembed(self.final_norm(h))
 '''
 
+TINY_HEAD_FIRST = """class TinyTransformer(nn.Module):
+    def __init__(self, vocab_size, d_model, n_heads, d_ff, n_layers, max_len, norm_first=True):
+        super().__init__()
+        self.head = nn.Linear(d_model, vocab_size)              # registered first: the output side, then the input
+        self.final_norm = LayerNorm(d_model)
+        self.embedding = nn.Embedding(vocab_size, d_model)
+        self.layers = nn.ModuleList([TransformerBlock(d_model, n_heads, d_ff, norm_first) for _ in range(n_layers)])
+        self.register_buffer("pe", sinusoidal_encoding(max_len, d_model), persistent=False)
+
+    def forward(self, tokens):
+        T = tokens.shape[1]
+        x = self.embedding(tokens) + self.pe[:T]
+        mask = causal_mask(T, device=tokens.device)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.head(self.final_norm(x))
+"""
+
+
+def changed(source: str, old: str, new: str) -> str:
+    """`source` with `old` replaced by `new` (which must be there: a variant that changes nothing is no variant)."""
+    assert old in source, old
+    return source.replace(old, new)
+
+
+def bug(name: str, code: str, cause: str, about: str = ""):
+    return Bug(name, {"TinyTransformer": code}, {"TinyTransformer_tests": cause}, about, cause=cause)
+
+
 VARIANTS = [
     Correct("nanogpt_names", {"TinyTransformer": TINY_NANOGPT},
             "nanoGPT's names, the encoding computed in forward, the mask from torch.triu"),
     Correct("gpt2_init_and_buffer", {"TinyTransformer": TINY_GPT2_INIT},
             "embeddings initialised with std 0.02, a persistent buffer of positions, a head without bias, "
             "a (1, 1, T, T) mask"),
-    Bug("no_positions", {"TinyTransformer": TINY_NANOGPT.replace("x = self.tok_emb(tokens) + pos",
-                                                                 "x = self.tok_emb(tokens)")},
-        {"TinyTransformer_tests": "add the sinusoidal encoding"}, "the encoding is computed but never added"),
-    Bug("no_causal_mask", {"TinyTransformer": TINY_NANOGPT.replace("x = block(x, mask=mask)", "x = block(x)")},
-        {"TinyTransformer_tests": "looks ahead"}, "the blocks see the whole sequence"),
-    Bug("embeddings_scaled", {"TinyTransformer": TINY_NANOGPT.replace(
-        "x = self.tok_emb(tokens) + pos", "x = self.tok_emb(tokens) * math.sqrt(self.d_model) + pos")},
-        {"TinyTransformer_tests": "unscaled"},
-        "Vaswani et al.'s sqrt(d_model) factor, which drowns the positions here"),
-    Bug("logits_transposed", {"TinyTransformer": TINY_NANOGPT.replace("return self.lm_head(x)",
-                                                                      "return self.lm_head(x).transpose(1, 2)")},
-        {"TinyTransformer_tests": "(B, vocab_size, T)"}, "the layout F.cross_entropy wants, returned from forward"),
-    Bug("shared_block", {"TinyTransformer": TINY_NANOGPT.replace(
+    Correct("head_registered_first", {"TinyTransformer": TINY_HEAD_FIRST},
+            "the head and the final norm registered before the embedding and the blocks, which come under other names"),
+    bug("no_positions", changed(TINY_NANOGPT, "x = self.tok_emb(tokens) + pos", "x = self.tok_emb(tokens)"),
+        "the positions are not added to the token embeddings: the model takes the earlier tokens as an unordered set",
+        "the encoding is computed but never added"),
+    bug("no_causal_mask", changed(TINY_NANOGPT, "x = block(x, mask=mask)", "x = block(x)"),
+        "the blocks get no causal mask: the logits at a position depend on the tokens after it",
+        "the blocks see the whole sequence"),
+    bug("embeddings_scaled", changed(TINY_NANOGPT, "x = self.tok_emb(tokens) + pos",
+                                     "x = self.tok_emb(tokens) * math.sqrt(self.d_model) + pos"),
+        "the token embeddings are multiplied by sqrt(d_model), which drowns the positions here: add them as they are",
+        "Vaswani et al.'s sqrt(d_model) factor"),
+    bug("logits_transposed", changed(TINY_NANOGPT, "return self.lm_head(x)", "return self.lm_head(x).transpose(1, 2)"),
+        "the logits are returned as (B, vocab_size, T); forward returns (B, T, vocab_size), the head applied at every "
+        "position", "the layout F.cross_entropy wants, returned from forward"),
+    Bug("shared_block", {"TinyTransformer": changed(TINY_NANOGPT,
         "self.blocks = nn.ModuleList(TransformerBlock(d_model, n_heads, d_ff, norm_first=norm_first)\n"
         "                                    for _ in range(n_layers))",
         "block = TransformerBlock(d_model, n_heads, d_ff, norm_first=norm_first)\n"
         "        self.blocks = nn.ModuleList([block] * n_layers)")},
         {"TinyTransformer_tests": "one TransformerBlock is shared by all layers"},
         "one block object repeated: every layer has the same weights"),
-    Bug("mask_first_block_only", {"TinyTransformer": TINY_NANOGPT.replace(
-        "for block in self.blocks:\n            x = block(x, mask=mask)",
-        "for i, block in enumerate(self.blocks):\n            x = block(x, mask=mask if i == 0 else None)")},
-        {"TinyTransformer_tests": "looks ahead"}, "the second block sees the whole sequence"),
-    Bug("library_blocks", {"TinyTransformer": '''class TinyTransformer(nn.Module):
+    bug("mask_first_block_only", changed(TINY_NANOGPT, "for block in self.blocks:\n            x = block(x, mask=mask)",
+                                         "for i, block in enumerate(self.blocks):\n"
+                                         "            x = block(x, mask=mask if i == 0 else None)"),
+        "only the first block gets the causal mask: every block needs it", "the second block sees the whole sequence"),
+    bug("post_ln_no_final_norm", changed(TINY_NANOGPT, "x = self.ln_f(x)",
+                                         "x = self.ln_f(x) if self.blocks[0].norm_first else x"),
+        "with norm_first=False the final LayerNorm is left out; it comes after the blocks in both placements",
+        "the final norm taken for a Pre-LN detail"),
+    Bug("library_blocks", {"TinyTransformer": """class TinyTransformer(nn.Module):
     def __init__(self, vocab_size, d_model, n_heads, d_ff, n_layers, max_len, norm_first=True):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, d_model)
@@ -114,7 +150,7 @@ VARIANTS = [
         for block in self.blocks:
             x = block(x, src_mask=blocked)
         return self.head(self.norm(x))
-'''}, {"TinyTransformer_tests": "library version"}, "torch.nn.TransformerEncoderLayer as the blocks"),
+"""}, {"TinyTransformer_tests": "library version"}, "torch.nn.TransformerEncoderLayer as the blocks"),
     *PASTED_BUGS,
 ]
 
@@ -130,6 +166,7 @@ VISIBLE = {
 # The known mistakes no visible check can see, and why: only the hidden tests catch them.
 HIDDEN_ONLY = {
     "library_blocks": "right values: the grader sees the library call",
+    "post_ln_no_final_norm": "the visible checks build Pre-LN models only",
     "pasted_layernorm_unbiased": "a pasted part: its own exercise's visible checks catch it",
     "pasted_attention_unscaled": "a pasted part: its own exercise's visible checks catch it",
     "pasted_block_missing": "a pasted part left out: the cell that needs it raises NameError",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 from typing import cast
 
@@ -43,7 +44,12 @@ def on_device(cpu, gpu):
 
 
 class Diagnosis(AssertionError):
-    """A failed check; its message is shown to the learner as it is."""
+    """A failed check; its message, what the check observed, is shown to the learner as it is. `causes`: the known
+    mistakes whose answers the learner's answer is (autograder.verdict.known), `ruled_out`: those it is not."""
+
+    def __init__(self, message: str, causes=(), ruled_out=()):
+        super().__init__(message)
+        self.causes, self.ruled_out = list(causes), list(ruled_out)
 
 
 def check(condition, diagnosis: str):
@@ -69,23 +75,30 @@ def max_error(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.nan_to_num(diff, nan=float("inf")).max()) if diff.numel() else 0.0
 
 
-def close(actual, expected: torch.Tensor, what: str, diagnosis: str = "", baseline: torch.Tensor | None = None,
-          rtol: float | None = None, atol: float | None = None, dtype=None, mistakes: dict | None = None):
+FLOORS = {torch.float64: (1e-10, 1e-12), torch.float32: (1.3e-6, 1e-5), torch.bfloat16: (1.6e-2, 1e-5),
+          torch.float16: (1e-3, 1e-5)}
+
+
+def close(actual, expected: torch.Tensor, what: str, baseline: torch.Tensor | None = None,
+          rtol: float | None = None, atol: float | None = None, dtype=None):
     """`actual` equals the float64 reference `expected` up to the error of a plain computation.
 
-    The allowed error is the larger of a floor for the dtype (torch.testing's defaults) and twice
-    the error that `baseline` -- the same computation done plainly at the learner's precision --
-    makes against the float64 reference, so correct answers written any way pass while wrong
-    ones, whose error is of the order of the values themselves, fail.  `mistakes` maps the
-    diagnosis of a known mistake to what that mistake computes; a match names it.
+    The allowed error is the larger of a floor for the dtype (torch.testing's defaults; float64 at float64's own
+    precision) and twice the error that `baseline` -- the same computation done plainly at the learner's precision --
+    makes against the float64 reference, so correct answers written any way pass while wrong ones, whose error is of
+    the order of the values themselves, fail. A failure says what it observed, and names a cause only where the
+    learner's answer is what a known mistake gives on the same call (autograder.verdict.known).
     """
+    from autograder.verdict import known
+
     dtype = dtype or (expected.dtype if expected.dtype != torch.float64 else None)
-    t = tensor(actual, what, shape=expected.shape, dtype=dtype)
-    check(not torch.isnan(t).any() or torch.isnan(expected).any(),
-          f"{what} contains NaN" + (f": {diagnosis}" if diagnosis else ""))
-    precision = t.dtype
-    floor_rtol, floor_atol = {torch.float64: (1e-7, 1e-7), torch.float32: (1.3e-6, 1e-5),
-                              torch.bfloat16: (1.6e-2, 1e-5), torch.float16: (1e-3, 1e-5)}.get(precision, (1e-6, 1e-6))
+    try:
+        t = tensor(actual, what, shape=expected.shape, dtype=dtype)
+        check(not torch.isnan(t).any() or torch.isnan(expected).any(),
+              f"{what} contains NaN (in {int(torch.isnan(t).sum())} of {t.numel()} entries)")
+    except Diagnosis as e:
+        raise Diagnosis(str(e), *known.explain(actual, expected)) from None
+    floor_rtol, floor_atol = FLOORS.get(t.dtype, (1e-6, 1e-6))
     rtol = floor_rtol if rtol is None else rtol
     atol = floor_atol if atol is None else atol
     scale = float(expected.double().abs().max()) if expected.numel() else 0.0
@@ -93,10 +106,36 @@ def close(actual, expected: torch.Tensor, what: str, diagnosis: str = "", baseli
     if baseline is not None:
         allowed = max(allowed, 2.0 * max_error(baseline, expected))
     err = max_error(t, expected)
-    if err > allowed and mistakes:
-        diagnosis = known_mistake(t, mistakes, diagnosis)
-    check(err <= allowed, f"{what} is wrong (largest error {err:.3g}, allowed {allowed:.3g})"
-          + (f": {diagnosis}" if diagnosis else ""))
+    if err > allowed:
+        raise Diagnosis(f"{what} is wrong: largest error {err:.3g} (allowed {allowed:.3g}){where(t, expected)}",
+                        *known.explain(actual, expected, allowed))
+
+
+def equal(actual, expected: torch.Tensor, what: str):
+    """`actual` is exactly `expected` (a mask: its shape, dtype and every entry); a failure names a cause only where
+    the learner's answer is a known mistake's (autograder.verdict.known)."""
+    from autograder.verdict import known
+
+    try:
+        t = tensor(actual, what, shape=expected.shape, dtype=expected.dtype)
+    except Diagnosis as e:
+        raise Diagnosis(str(e), *known.explain(actual, expected)) from None
+    if not torch.equal(t, expected):
+        wrong = t != expected
+        idx = [int(x) for x in wrong.nonzero()[0]]
+        raise Diagnosis(f"{what} differs from the right answer in {int(wrong.sum())} of {t.numel()} entries: at "
+                        f"{idx} it is {t[tuple(idx)].item()}", *known.explain(actual, expected))
+
+
+def where(got: torch.Tensor, right: torch.Tensor) -> str:
+    """Where the largest error is, and the two values there."""
+    diff = (got.double() - right.double()).abs().nan_to_num(float("inf"))
+    if not diff.numel() or diff.shape != right.shape:
+        return ""
+    i = int(diff.reshape(-1).argmax())
+    idx = [int(x) for x in torch.unravel_index(torch.tensor(i), diff.shape)]
+    mine, truth = float(got.double().reshape(-1)[i]), float(right.double().reshape(-1)[i])
+    return f" at index {idx}: {mine:.6g} where {truth:.6g} is right"
 
 
 def leaves_inputs(result: dict, sent: list, what: str, hint: str = "compute on a copy or out of place",
@@ -107,12 +146,15 @@ def leaves_inputs(result: dict, sent: list, what: str, hint: str = "compute on a
     check(isinstance(after, list) and len(after) == 2 and all(isinstance(a, list) and len(a) == len(sent)
                                                                for a in after),
           f"{what}: the grader could not read its arguments back")
-    for mode, args in zip(("with autograd off", "with autograd on"), cast(list, after)):   # a list: checked above
+    for m, (mode, args) in enumerate(zip(("with autograd off", "with autograd on"), cast(list, after))):  # checked
         for i, (b, a) in enumerate(zip(sent, args)):
-            if isinstance(b, torch.Tensor):
+            if isinstance(b, torch.Tensor) and not (isinstance(a, torch.Tensor) and a.shape == b.shape
+                                                    and torch.equal(a, b)):
+                from autograder.verdict import known
+
                 name = names[i] if names and i < len(names) else f"its input (argument {i + 1})"
-                check(isinstance(a, torch.Tensor) and a.shape == b.shape and torch.equal(a, b),
-                      f"{what} modifies {name} in place ({mode}); {hint}")
+                out = first[0] if isinstance(first, (tuple, list)) and first else first
+                raise Diagnosis(f"{what} modifies {name} in place ({mode}); {hint}", *known.explain_purity(out, i, m))
     if isinstance(first, (tuple, list)) and isinstance(second, (tuple, list)) and first and second:
         first, second = first[0], second[0]
     check(isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor) and first.shape == second.shape
@@ -123,12 +165,16 @@ def leaves_inputs(result: dict, sent: list, what: str, hint: str = "compute on a
 
 def raises(call, exc: str, diagnosis: str):
     """`call()` must raise the exception named `exc` in the learner's code."""
+    from autograder.verdict import known
+
     try:
-        call()
+        out = call()
     except LearnerError as e:
-        check(e.isa(exc), f"{diagnosis} (it raised {e.type} instead of {exc})")
+        if not e.isa(exc):
+            raise Diagnosis(f"{diagnosis} (it raised {e.type} instead of {exc})",
+                            *known.explain_raised(e.origin, e.type)) from None
         return
-    raise Diagnosis(diagnosis)
+    raise Diagnosis(diagnosis, *known.explain_raised(known.origin(out), None))
 
 
 def seeded(seed: int) -> torch.Generator:
@@ -139,20 +185,6 @@ def seeded(seed: int) -> torch.Generator:
 
 def randn(*shape, seed: int, dtype=torch.float32, scale: float = 1.0) -> torch.Tensor:
     return (torch.randn(*shape, generator=seeded(seed), dtype=torch.float64) * scale).to(dtype)
-
-
-def same(a, b, atol: float = 1e-4) -> bool:
-    """Whether the learner's `a` equals `b` (used to recognise a known mistake)."""
-    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
-            and max_error(a, b) <= atol + 1e-4 * float(b.double().abs().max() if b.numel() else 0))
-
-
-def known_mistake(actual, mistakes: dict, default: str) -> str:
-    """The diagnosis of the first known mistake that `actual` reproduces, else `default`."""
-    for diagnosis, wrong in mistakes.items():
-        if same(actual, wrong):
-            return diagnosis
-    return default
 
 
 def function_targets(learner, reference_worker, name: str) -> tuple[Target, Target]:
@@ -202,9 +234,8 @@ def fast_enough(learner_target: Target, reference_target: Target, inputs: list[d
     if min(ratios) <= factor:
         return
     best = f"the best of {len(ratios)} measurements" if len(ratios) > 1 else "far over it, so measured once"
-    raise Diagnosis(f"{what} takes {min(ratios):.1f}x the time of the reference solution (allowed {factor:g}x; "
-                    f"{best}): "
-                    "vectorise it -- a Python loop over positions or heads is slow; let torch work on whole tensors")
+    raise Diagnosis(f"{what} takes {min(ratios):.1f}x the time of the reference solution on the same inputs (allowed "
+                    f"{factor:g}x; {best})")
 
 
 def together(learner, course_worker, names: list[str], run_check, what: str, fix: str, known_wrong: bool = False):
@@ -257,31 +288,29 @@ def draw_structure(request, learner, reference_namespace: dict, name: str):
         "html": graph.side_by_side_html(mine, course, deadline=learner.deadline)}))
 
 
-def load_state(proxy, state: dict, what: str):
-    """Put `state` into the learner's module, keeping any other entries of its state_dict."""
+def load_state(proxy, state: dict, what: str, contract: dict | None = None) -> list[str]:
+    """Put `state` (the contract's parameters, by their names) into the learner's module and nothing else: any other
+    entry of its state_dict (a second name for the same parameter, a buffer, a parameter of its own) keeps its value,
+    so it never makes a right output wrong. Returns those other entries' names. `contract`: the same state by the
+    contract's names, where the learner's own differ (a failed check replays the known mistakes with it)."""
     sd = proxy.state_dict()
     check(isinstance(sd, dict), f"{what}.state_dict() should be a dict")
-    for name, value in state.items():
-        check(name in sd, f"{what} has no parameter `{name}`: use the submodule and parameter names of the "
-                          f"specification (its parameters are: {', '.join(sorted(sd)) or 'none'})")
-        check(isinstance(sd[name], torch.Tensor) and tuple(sd[name].shape) == tuple(value.shape),
-              f"{what}'s `{name}` has shape {tuple(getattr(sd[name], 'shape', ()))}, expected {tuple(value.shape)}")
-        sd[name] = value.to(sd[name].dtype)
-    proxy.load_state_dict(sd)
+    have = {k: tuple(v.shape) for k, v in sd.items() if isinstance(v, torch.Tensor)}
+    missing = [f"{k} {tuple(v.shape)}" for k, v in state.items() if k not in have]
+    check(not missing, f"{what} has no parameter {', '.join(missing[:6])}: use the submodule and parameter names of "
+                       f"the specification (its parameters are: {', '.join(sorted(have)[:12]) or 'none'})")
+    wrong = [f"`{k}` has shape {have[k]}, expected {tuple(v.shape)}" for k, v in state.items()
+             if have[k] != tuple(v.shape)]
+    check(not wrong, f"{what}'s {'; '.join(wrong[:4])}")
+    proxy.load_state_dict({k: v.to(sd[k].dtype) if v.is_floating_point() else v for k, v in state.items()},
+                          strict=False, contract=contract)
+    return sorted(set(have) - set(state))
 
 
-def load_exact(proxy, state: dict, what: str):
-    """Load exactly `state` into the learner's module (strict): its parameters must be these, by name and shape."""
-    try:
-        proxy.load_state_dict(state)
-    except LearnerError:
-        sd = proxy.state_dict()
-        have = {k: tuple(v.shape) for k, v in sd.items() if isinstance(v, torch.Tensor)} if isinstance(sd, dict) else {}
-        want = {k: tuple(v.shape) for k, v in state.items()}
-        missing = [f"{k} {want[k]}" for k in want if k not in have]
-        extra = [f"{k} {have[k]}" for k in have if k not in want]
-        wrong = [f"{k} is {have[k]}, expected {want[k]}" for k in want if k in have and have[k] != want[k]]
-        raise Diagnosis(f"{what} should hold exactly the parameters {', '.join(f'{k} {v}' for k, v in want.items())}"
-                        + (f"; missing: {', '.join(missing)}" if missing else "")
-                        + (f"; not expected: {', '.join(extra[:8])}" if extra else "")
-                        + (f"; {'; '.join(wrong)}" if wrong else "")) from None
+def load_exact(proxy, state: dict, what: str, forbidden: str | None = None, contract: dict | None = None):
+    """Load `state` as `load_state` does; entries of the learner's module outside it whose names match `forbidden` (a
+    regular expression: what the specification rules out, such as a bias with bias=False) fail the check."""
+    extra = load_state(proxy, state, what, contract)
+    if forbidden:
+        ruled_out = [k for k in extra if re.search(forbidden, k)]
+        check(not ruled_out, f"{what} holds {', '.join(ruled_out[:6])}, which the specification rules out")

@@ -1,5 +1,6 @@
-"""The trusted baselines the hidden suites share: the plain computation at the learner's precision, torch's own
-layers in float64 holding the same random weights, and the plain computations that reproduce known mistakes."""
+"""The trusted baselines the hidden suites share: the plain computation at the learner's precision, and torch's own
+layers in float64 holding the same random weights. (The known mistakes are examples/variants: autograder.verdict.known
+runs them on a failed check's inputs.)"""
 import math
 
 import torch
@@ -61,9 +62,8 @@ def oracle_mha(state, n_heads, query, key=None, value=None, mask=None, bias=True
                                                           attn_mask=attn_mask, need_weights=False)[0]
 
 
-def plain_mha(state, n_heads, query, key=None, value=None, mask=None, prefix="", split="right", merge="right",
-              scale_by="d_head", out_proj=True):
-    """MultiHeadAttention computed plainly with `state`; the keyword arguments reproduce known mistakes."""
+def plain_mha(state, n_heads, query, key=None, value=None, mask=None, prefix=""):
+    """MultiHeadAttention computed plainly with `state`, at the inputs' precision."""
     key = query if key is None else key
     value = key if value is None else value
     B, Lq, D = query.shape
@@ -75,15 +75,11 @@ def plain_mha(state, n_heads, query, key=None, value=None, mask=None, prefix="",
         return F.linear(x, state[prefix + name + ".weight"].to(x.dtype), None if b is None else b.to(x.dtype))
 
     def heads(x, L):
-        if split == "mixed":                                # view (B, H, L, d_head) straight away
-            return x.reshape(B, H, L, dh)
         return x.reshape(B, L, H, dh).transpose(1, 2)
 
     q, k, v = heads(proj("q_proj", query), Lq), heads(proj("k_proj", key), Lk), heads(proj("v_proj", value), Lk)
-    scale = 1 / math.sqrt(dh if scale_by == "d_head" else D)
-    out, _ = plain_attention(q, k, v, mask, scale=scale)
-    out = out.transpose(1, 2).reshape(B, Lq, D) if merge == "right" else out.reshape(B, Lq, D)
-    return proj("out_proj", out) if out_proj else out
+    out, _ = plain_attention(q, k, v, mask)
+    return proj("out_proj", out.transpose(1, 2).reshape(B, Lq, D))
 
 
 def random_mha_state(d_model, bias=True, seed=0, prefix=""):
@@ -127,18 +123,16 @@ def norm_baseline(state, x, eps=1e-5):
                key=lambda y: max_error(y, exact))
 
 
-def plain_norm(state, x, eps=1e-5, prefix="", unbiased=False, eps_outside=False, affine=True):
+def plain_norm(state, x, eps=1e-5, prefix=""):
     mean = x.mean(-1, keepdim=True)
-    var = x.var(-1, keepdim=True, unbiased=unbiased)
-    y = (x - mean) / (var.sqrt() + eps if eps_outside else (var + eps).sqrt())
-    return y * state[prefix + "weight"].to(x.dtype) + state[prefix + "bias"].to(x.dtype) if affine else y
+    var = x.var(-1, keepdim=True, unbiased=False)
+    return (x - mean) / (var + eps).sqrt() * state[prefix + "weight"].to(x.dtype) + state[prefix + "bias"].to(x.dtype)
 
 
-def plain_ff(state, x, prefix="", act=torch.relu, act_after=False):
+def plain_ff(state, x, prefix=""):
     w = {k: v.to(x.dtype) for k, v in state.items()}
-    y = F.linear(act(F.linear(x, w[prefix + "linear1.weight"], w[prefix + "linear1.bias"])),
-                 w[prefix + "linear2.weight"], w[prefix + "linear2.bias"])
-    return torch.relu(y) if act_after else y
+    return F.linear(torch.relu(F.linear(x, w[prefix + "linear1.weight"], w[prefix + "linear1.bias"])),
+                    w[prefix + "linear2.weight"], w[prefix + "linear2.bias"])
 
 
 def torch_block(state, d, H, d_ff, norm_first, dtype=torch.float64):
@@ -162,21 +156,19 @@ def oracle_block(state, H, x, mask=None, norm_first=True, dtype=torch.float64):
         return torch_block(state, d, H, d_ff, norm_first, dtype)(x.to(dtype), src_mask=None if mask is None else ~mask)
 
 
-def plain_block(state, H, x, mask=None, norm_first=True, mistake=None):
-    """The block computed plainly; `mistake` names a known wrong arrangement."""
-    n1, n2 = ("norm2.", "norm1.") if mistake == "norms swapped" else ("norm1.", "norm2.")
-    attn = lambda h: plain_mha(state, H, h, mask=None if mistake == "mask ignored" else mask, prefix="attn.")  # noqa: E731
-    ff = lambda h: plain_ff(state, h, prefix="ff.")  # noqa: E731
-    norm = lambda h, p: plain_norm(state, h, prefix=p)  # noqa: E731
-    keep_attn = 0.0 if mistake == "no attention residual" else 1.0
-    keep_ff = 0.0 if mistake == "no feed-forward residual" else 1.0
-    if mistake == "stream normalised":
-        x = norm(x, n1)
-        x = x + attn(x)
-        x = norm(x, n2)
-        return x + ff(x)
-    if norm_first != (mistake == "placement swapped"):
-        x = keep_attn * x + attn(norm(x, n1))
-        return keep_ff * x + ff(norm(x, n2))
-    x = norm(keep_attn * x + attn(x), n1)
-    return norm(keep_ff * x + ff(x), n2)
+def plain_block(state, H, x, mask=None, norm_first=True):
+    """The block computed plainly, at x's precision (torch's layer takes no per-batch mask)."""
+    def attn(h):
+        return plain_mha(state, H, h, mask=mask, prefix="attn.")
+
+    def ff(h):
+        return plain_ff(state, h, prefix="ff.")
+
+    def norm(h, p):
+        return plain_norm(state, h, prefix=p)
+
+    if norm_first:
+        x = x + attn(norm(x, "norm1."))
+        return x + ff(norm(x, "norm2."))
+    x = norm(x + attn(x), "norm1.")
+    return norm(x + ff(x), "norm2.")

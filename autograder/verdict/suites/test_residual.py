@@ -22,8 +22,10 @@ from .checks import (
     load_state,
     module_targets,
     randn,
+    seeded,
     together,
 )
+from .contract import Call, Draw, Part, check_drawn
 from .oracles import (
     NORM_PARAMS,
     norm_baseline,
@@ -32,7 +34,6 @@ from .oracles import (
     plain_block,
     plain_ff,
     plain_mha,
-    plain_norm,
     random_block_state,
     random_ff_state,
     random_mha_state,
@@ -44,24 +45,84 @@ A = "residual"
 WORKER_PRELOAD = DRAWING_PRELOAD      # test_block_drawn traces the learner's block in its worker
 
 
+# -- the contract: inputs drawn over everything the notebook allows (autograder.verdict.suites.contract) ---------
+def _x(d: Draw, D: int, lead_most: int = 3):
+    """Inputs with any leading dimensions, of any scale and offset, some rows nearly or exactly constant."""
+    x = d.randn(*d.lead(lead_most), d.size(1, 12), D, scale=d.choice((1.0, d.uniform(0.01, 30.0))),
+                shift=d.choice((0.0, d.uniform(-20.0, 20.0))))
+    if d.chance(0.3) and x.numel():
+        rows = d.randn(*x.shape[:-1], 1, dtype=torch.float64) > 0.5
+        flat = d.randn(*x.shape[:-1], 1) + d.randn(*x.shape, scale=d.choice((0.0, 1e-3)))
+        x = torch.where(rows, flat, x)
+    return x
 
-# -- known mistakes ------------------------------------------------------------------------------------------------
 
-BLOCK_MISTAKES = {
-    "placement swapped": "Pre-LN/Post-LN placement swapped: with norm_first=True, x = x + attn(norm1(x)) then "
-                         "x = x + ff(norm2(x)); with norm_first=False, x = norm1(x + attn(x)) then "
-                         "x = norm2(x + ff(x))",
-    "no attention residual": "the residual is missing around the attention: add its output to x (x = x + ...)",
-    "no feed-forward residual": "the residual is missing around the feed-forward: add its output to x (x = x + ...)",
-    "norms swapped": "norm1 and norm2 are swapped: norm1 goes with the attention, norm2 with the feed-forward",
-    "stream normalised": "the residual stream itself is normalised: in Pre-LN only what the sublayer reads is, "
-                         "x = x + attn(norm1(x)), and x is carried on unnormalised",
+def draw_norm(d: Draw) -> Call:
+    D = d.size(1, 40, far=300, p_far=0.1)
+    ctor_kwargs = {"eps": d.choice((1e-6, d.uniform(1e-4, 0.5)))} if d.chance(0.4) else {}
+    state = random_norm_state(D, seed=d.r.randrange(1 << 30)) if d.chance(0.8) else None
+    return Call("LayerNorm", (_x(d, D),), ctor=(D,), ctor_kwargs=ctor_kwargs, state=state)
+
+
+def _norm_values(c: Call, dtype):
+    D = c.made[0]
+    state = c.state or {"weight": torch.ones(D), "bias": torch.zeros(D)}
+    eps = c.ctor_kwargs.get("eps", 1e-5)
+    return torch_norm(state, c.args[0], eps, dtype=dtype) if dtype == torch.float64 else norm_baseline(state,
+                                                                                                      c.args[0], eps)
+
+
+def draw_ff(d: Draw) -> Call:
+    D, d_ff = d.size(1, 32), d.size(1, 96)
+    return Call("FeedForward", (_x(d, D),), ctor=(D, d_ff), state=random_ff_state(D, d_ff, seed=d.r.randrange(1 << 30)))
+
+
+def draw_block(d: Draw) -> Call:
+    H, dh, d_ff = d.choice((1, 2, 3, 4, 6)), d.size(1, 8), d.size(1, 64)
+    D = H * dh
+    ctor: tuple = (D, H, d_ff)
+    ctor_kwargs: dict = {}
+    norm_first = d.chance(0.5)
+    if not norm_first or d.chance(0.5):
+        if d.chance(0.5):
+            ctor += (norm_first,)
+        else:
+            ctor_kwargs["norm_first"] = norm_first
+    B, L = d.size(1, 3), d.size(1, 16)
+    x = d.randn(B, L, D, scale=d.choice((1.0, d.uniform(0.1, 10.0))))
+    args: tuple = (x,)
+    kwargs: dict = {}
+    about = "Pre-LN" if norm_first else "Post-LN"
+    if d.chance(0.6):
+        mask = torch.ones(L, L, dtype=torch.bool).tril() if d.chance(0.5) else d.mask(*d.choice(((L, L), (B, 1, L, L))))
+        args, about = ((x, mask), about + ", a mask") if d.chance(0.5) else (args, about + ", mask by keyword")
+        if len(args) == 1:
+            kwargs["mask"] = mask
+    return Call("TransformerBlock", args, kwargs, ctor=ctor, ctor_kwargs=ctor_kwargs,
+                state=random_block_state(D, d_ff, seed=d.r.randrange(1 << 30)), about=about)
+
+
+def _block_values(c: Call, dtype):
+    norm_first = c.made[3] if len(c.made) > 3 else c.ctor_kwargs.get("norm_first", True)
+    mask = c.args[1] if len(c.args) > 1 else c.kwargs.get("mask")
+    if mask is None or mask.dim() == 2:         # torch's layer takes no per-batch mask
+        return oracle_block(c.state, c.made[1], c.args[0], mask, norm_first, dtype=dtype)
+    return plain_block(c.state, c.made[1], c.args[0].to(dtype), mask, norm_first)
+
+
+CONTRACT = {
+    "LayerNorm": Part(draw_norm, lambda c: _norm_values(c, torch.float64), lambda c: _norm_values(c, torch.float32)),
+    "FeedForward": Part(draw_ff, lambda c: plain_ff(c.state, c.args[0].double()),
+                        lambda c: plain_ff(c.state, c.args[0])),
+    "TransformerBlock": Part(draw_block, lambda c: _block_values(c, torch.float64),
+                             lambda c: _block_values(c, torch.float32)),
 }
+DRAWN = 10          # calls drawn per part and grading
 
 
-def block_mistakes(state, H, x, mask=None, norm_first=True):
-    names = [m for m in BLOCK_MISTAKES if norm_first or m != "stream normalised"]
-    return {BLOCK_MISTAKES[m]: plain_block(state, H, x, mask, norm_first, m) for m in names}
+def drawn(learner, reference, name: str, label: int):
+    check_drawn(learner, vars(reference(A)), name, CONTRACT[name], seeded(label).initial_seed(), DRAWN)
+
 
 
 # -- LayerNorm -------------------------------------------------------------------------------------------
@@ -75,33 +136,22 @@ def layer_norm(learner, d, seed, eps=None):
     return proxy, state
 
 
-def ln_mistakes(state, x, eps=1e-5):
-    wrong = {
-        "the variance is unbiased (divided by d_model - 1): LayerNorm divides by d_model":
-            plain_norm(state, x, eps, unbiased=True),
-        "eps is outside the sqrt: divide by sqrt(var + eps), not sqrt(var) + eps":
-            plain_norm(state, x, eps, eps_outside=True),
-        "weight and bias are not applied: out = normalised x * weight + bias": plain_norm(state, x, eps, affine=False),
-    }
-    if eps != 1e-5:
-        wrong["the eps argument is ignored"] = plain_norm(state, x, 1e-5)
-    return wrong
+def norm_close(proxy, state, x, what, eps=1e-5):
+    """The learner's LayerNorm on x against torch.nn.LayerNorm in float64 holding the same weight and bias."""
+    close(proxy(x), torch_norm(state, x, eps), f"{what} on x of shape {tuple(x.shape)}",
+          baseline=norm_baseline(state, x, eps), dtype=torch.float32)
 
 
 @LN
 def test_ln_parameters(learner):
     """parameters weight (ones) and bias (zeros) of shape (d_model,)"""
     x = randn(3, 4, 12, seed=15, scale=3.0) + 1.0
-    ones = {"weight": torch.ones(12), "bias": torch.zeros(12)}
-    close(learner.new("LayerNorm", 12)(x), torch_norm(ones, x), "a new LayerNorm(12)(x)",
-          "LayerNorm starts as the plain normalisation: weight = ones, bias = zeros",
-          baseline=norm_baseline(ones, x), dtype=torch.float32)
+    norm_close(learner.new("LayerNorm", 12), {"weight": torch.ones(12), "bias": torch.zeros(12)}, x,
+               "LayerNorm(12) as constructed")
     proxy = learner.new("LayerNorm", 12)
     state = random_norm_state(12, seed=16)
     load_exact(proxy, state, "LayerNorm(12)")
-    close(proxy(x), torch_norm(state, x), "LayerNorm(12)(x) with other weight and bias",
-          "weight and bias are nn.Parameters of shape (d_model,), used as normalised x * weight + bias",
-          baseline=norm_baseline(state, x), dtype=torch.float32)
+    norm_close(proxy, state, x, "LayerNorm(12) with another weight and bias")
 
 
 @LN
@@ -109,14 +159,7 @@ def test_ln_parameters(learner):
 def test_ln_values(learner):
     """equals torch.nn.LayerNorm with random weight and bias (d_model = 97)"""
     proxy, state = layer_norm(learner, 97, seed=1)
-    x = randn(3, 7, 97, seed=2, scale=4.0) + 2.0
-    close(proxy(x), torch_norm(state, x), "LayerNorm(97)(x)", "normalise over the last dimension, then * weight + bias",
-          baseline=norm_baseline(state, x), dtype=torch.float32, mistakes={
-              **ln_mistakes(state, x),
-              "the mean and variance are taken over the wrong dimension: normalise each vector (dim -1)":
-                  ((x - x.mean(-2, keepdim=True)) / (x.var(-2, keepdim=True, unbiased=False) + 1e-5).sqrt()
-                   * state["weight"] + state["bias"]),
-          })
+    norm_close(proxy, state, randn(3, 7, 97, seed=2, scale=4.0) + 2.0, "LayerNorm(97)")
 
 
 @LN
@@ -125,19 +168,14 @@ def test_ln_near_constant_rows(learner):
     proxy, state = layer_norm(learner, 16, seed=3)
     x = randn(4, 6, 1, seed=4, scale=3.0) + randn(4, 6, 16, seed=5, scale=1e-3)      # variance ~ 1e-6
     x[0, 0] = 1.5                                                                     # an exactly constant row
-    close(proxy(x), torch_norm(state, x), "LayerNorm(16)(x) for nearly constant rows",
-          "divide by sqrt(var + eps), which is not 0 for a constant row", baseline=norm_baseline(state, x),
-          dtype=torch.float32, mistakes=ln_mistakes(state, x))
+    norm_close(proxy, state, x, "LayerNorm(16) with nearly constant rows")
 
 
 @LN
 def test_ln_custom_eps(learner):
     """the eps argument is used"""
     proxy, state = layer_norm(learner, 10, seed=6, eps=1e-2)
-    x = randn(5, 10, seed=7, scale=0.1)
-    close(proxy(x), torch_norm(state, x, eps=1e-2), "LayerNorm(10, eps=1e-2)(x)",
-          baseline=norm_baseline(state, x, eps=1e-2), dtype=torch.float32,
-          mistakes=ln_mistakes(state, x, eps=1e-2))
+    norm_close(proxy, state, randn(5, 10, seed=7, scale=0.1), "LayerNorm(10, eps=1e-2)", eps=1e-2)
 
 
 @LN
@@ -145,9 +183,7 @@ def test_ln_leading_dims(learner):
     """any number of leading dimensions (none, one, three)"""
     proxy, state = layer_norm(learner, 6, seed=8)
     for shape in ((6,), (9, 6), (2, 3, 1, 6)):
-        x = randn(*shape, seed=9, scale=2.0)
-        close(proxy(x), torch_norm(state, x), f"LayerNorm(6)(x) for x of shape {shape}", "normalise over dim -1 only",
-              baseline=norm_baseline(state, x), dtype=torch.float32)
+        norm_close(proxy, state, randn(*shape, seed=9, scale=2.0), "LayerNorm(6)")
 
 
 @LN
@@ -160,14 +196,14 @@ def test_ln_gradients(learner):
     w, b = (state[n].double().requires_grad_(True) for n in NORM_PARAMS)
     F.layer_norm(xd, (20,), w, b, 1e-5).backward(g.double())
     grads = res.get("input_grads") or [None]
-    check(isinstance(grads[0], torch.Tensor), "no gradient reaches x: compute with differentiable tensor "
-                                              "operations (no .detach(), .item() or torch.no_grad())")
-    close(grads[0], xd.grad, "the gradient for x", "the mean and variance are part of the computation: do not detach "
-          "them", rtol=1e-4, atol=1e-5, dtype=torch.float32)
+    check(isinstance(grads[0], torch.Tensor), "LayerNorm(20) on x of shape (3, 5, 20): no gradient reaches x, so "
+                                              "its output does not depend on x through autograd")
+    close(grads[0], xd.grad, "the gradient of LayerNorm(20) for x", rtol=1e-4, atol=1e-5, dtype=torch.float32)
     for name, ref in zip(NORM_PARAMS, (w.grad, b.grad)):
-        check(name in res.get("param_grads", {}), f"no gradient reaches `{name}`: it must be an nn.Parameter used "
-                                                  "in forward")
-        close(res["param_grads"][name], ref, f"the gradient for {name}", rtol=1e-4, atol=1e-5, dtype=torch.float32)
+        check(name in res.get("param_grads", {}), f"LayerNorm(20): no gradient reaches `{name}`, so the output "
+                                                  f"does not depend on the parameter `{name}`")
+        close(res["param_grads"][name], ref, f"the gradient of LayerNorm(20) for {name}", rtol=1e-4, atol=1e-5,
+              dtype=torch.float32)
 
 
 @LN
@@ -175,7 +211,14 @@ def test_ln_leaves_input(learner):
     """does not modify x"""
     proxy, _ = layer_norm(learner, 8, seed=13)
     x = randn(2, 3, 8, seed=14, scale=3.0)
-    leaves_inputs(proxy.twice(x), [x], "LayerNorm.forward")
+    leaves_inputs(proxy.twice(x), [x], "LayerNorm.forward", names=["x"])
+
+
+@LN
+@pytest.mark.weight(2)
+def test_ln_on_drawn_inputs(learner, reference):
+    """on inputs drawn for this grading: any shapes, scales and eps, nearly constant rows, drawn or initial weights"""
+    drawn(learner, reference, "LayerNorm", 9021)
 
 
 # -- FeedForward -----------------------------------------------------------------------------------------
@@ -189,16 +232,18 @@ def feed_forward(learner, d, d_ff, seed):
     return proxy, state
 
 
+def ff_close(proxy, state, x, what):
+    close(proxy(x), plain_ff(state, x.double()), f"{what} on x of shape {tuple(x.shape)}",
+          baseline=plain_ff(state, x), dtype=torch.float32)
+
+
 @FF
 def test_ff_structure(learner):
     """linear1 is nn.Linear(d_model, d_ff), linear2 is nn.Linear(d_ff, d_model), both with bias"""
     proxy = learner.new("FeedForward", 12, 40)
     state = random_ff_state(12, 40, seed=26)
     load_exact(proxy, state, "FeedForward(12, 40)")
-    x = randn(2, 3, 12, seed=27)
-    close(proxy(x), plain_ff(state, x.double()), "FeedForward(12, 40)(x)",
-          "linear1 maps d_model -> d_ff, linear2 maps d_ff -> d_model, both nn.Linear with a bias",
-          baseline=plain_ff(state, x), dtype=torch.float32)
+    ff_close(proxy, state, randn(2, 3, 12, seed=27), "FeedForward(12, 40)")
 
 
 @FF
@@ -206,14 +251,7 @@ def test_ff_structure(learner):
 def test_ff_values(learner):
     """linear2(relu(linear1(x))) with random weights (d_model = 24, d_ff = 97)"""
     proxy, state = feed_forward(learner, 24, 97, seed=20)
-    x = randn(3, 11, 24, seed=21)
-    close(proxy(x), plain_ff(state, x.double()), "FeedForward(24, 97)(x)", "linear2(relu(linear1(x)))",
-          baseline=plain_ff(state, x), dtype=torch.float32, mistakes={
-              "the ReLU is missing between linear1 and linear2": plain_ff(state, x, act=lambda h: h),
-              "the activation is GELU; this exercise uses ReLU": plain_ff(state, x, act=F.gelu),
-              "a ReLU is applied after linear2 too: the output of the block is linear2(...) as it is":
-                  plain_ff(state, x, act_after=True),
-          })
+    ff_close(proxy, state, randn(3, 11, 24, seed=21), "FeedForward(24, 97)")
 
 
 @FF
@@ -221,10 +259,7 @@ def test_ff_leading_dims(learner):
     """any number of leading dimensions, each position on its own"""
     proxy, state = feed_forward(learner, 8, 20, seed=22)
     for shape in ((5, 8), (2, 3, 4, 8)):
-        x = randn(*shape, seed=23)
-        close(proxy(x), plain_ff(state, x.double()), f"FeedForward(8, 20)(x) for x of shape {shape}",
-              "apply the layers to the last dimension, whatever the leading ones", baseline=plain_ff(state, x),
-              dtype=torch.float32)
+        ff_close(proxy, state, randn(*shape, seed=23), "FeedForward(8, 20)")
 
 
 @FF
@@ -232,7 +267,14 @@ def test_ff_leaves_input(learner):
     """does not modify x"""
     proxy, _ = feed_forward(learner, 8, 16, seed=24)
     x = randn(2, 5, 8, seed=25)
-    leaves_inputs(proxy.twice(x), [x], "FeedForward.forward")
+    leaves_inputs(proxy.twice(x), [x], "FeedForward.forward", names=["x"])
+
+
+@FF
+@pytest.mark.weight(2)
+def test_ff_on_drawn_inputs(learner, reference):
+    """on inputs drawn for this grading: any sizes and leading dimensions"""
+    drawn(learner, reference, "FeedForward", 9022)
 
 
 # -- TransformerBlock ------------------------------------------------------------------------------------------
@@ -256,6 +298,14 @@ def block(learner, d, H, d_ff, seed, norm_first=None):
     state = random_block_state(d, d_ff, seed)
     load_state(proxy, state, "TransformerBlock")
     return proxy, state
+
+
+def block_close(proxy, state, H, x, mask=None, norm_first=True, what="TransformerBlock"):
+    """The learner's block against torch.nn.TransformerEncoderLayer in float64 holding the same weights."""
+    shown = f"{what} ({'Pre-LN' if norm_first else 'Post-LN'}) on x of shape {tuple(x.shape)}" + (
+        "" if mask is None else f" with a {'x'.join(map(str, mask.shape))} mask")
+    close(proxy(x) if mask is None else proxy(x, mask), oracle_block(state, H, x, mask, norm_first), shown,
+          baseline=oracle_block(state, H, x, mask, norm_first, dtype=torch.float32), dtype=torch.float32)
 
 
 _PARTS: dict = {}
@@ -284,10 +334,6 @@ def broken_parts(learner) -> list:
     return _PARTS[id(learner)]
 
 
-def block_close(actual, expected, what, diagnosis, baseline, mistakes):
-    close(actual, expected, what, diagnosis, baseline=baseline, dtype=torch.float32, mistakes=mistakes)
-
-
 def course_parts(cell, learner):
     """TransformerBlock is graded with the course's MultiHeadAttention, FeedForward and LayerNorm (and once with
     the learner's own)."""
@@ -301,10 +347,7 @@ def test_block_structure(learner):
     state = random_block_state(24, 40, seed=28)
     load_exact(proxy, state, "TransformerBlock(24, 6, 40): attn = MultiHeadAttention(d_model, n_heads), "
                              "ff = FeedForward(d_model, d_ff), norm1 and norm2 = LayerNorm(d_model); it")
-    x = randn(2, 7, 24, seed=29)
-    block_close(proxy(x), oracle_block(state, 6, x), "TransformerBlock(24, 6, 40)(x) with the course's weights",
-                "Pre-LN: x = x + attn(norm1(x)), then x = x + ff(norm2(x))",
-                baseline=oracle_block(state, 6, x, dtype=torch.float32), mistakes=block_mistakes(state, 6, x))
+    block_close(proxy, state, 6, randn(2, 7, 24, seed=29), what="TransformerBlock(24, 6, 40) with drawn weights")
 
 
 @BLOCK
@@ -312,10 +355,7 @@ def test_block_structure(learner):
 def test_block_pre_ln(learner):
     """Pre-LN (the default) equals nn.TransformerEncoderLayer(norm_first=True), d_model = 48, 6 heads"""
     proxy, state = block(learner, 48, 6, 80, seed=30)
-    x = randn(3, 13, 48, seed=31)
-    block_close(proxy(x), oracle_block(state, 6, x), "TransformerBlock(48, 6, 80)(x)",
-                "Pre-LN: x = x + attn(norm1(x)), then x = x + ff(norm2(x))",
-                baseline=oracle_block(state, 6, x, dtype=torch.float32), mistakes=block_mistakes(state, 6, x))
+    block_close(proxy, state, 6, randn(3, 13, 48, seed=31), what="TransformerBlock(48, 6, 80)")
 
 
 @BLOCK
@@ -323,12 +363,8 @@ def test_block_pre_ln(learner):
 def test_block_post_ln(learner):
     """norm_first=False equals nn.TransformerEncoderLayer(norm_first=False)"""
     proxy, state = block(learner, 36, 4, 50, seed=32, norm_first=False)
-    x = randn(2, 9, 36, seed=33)
-    block_close(proxy(x), oracle_block(state, 4, x, norm_first=False),
-                "TransformerBlock(36, 4, 50, norm_first=False)(x)",
-                "Post-LN: x = norm1(x + attn(x)), then x = norm2(x + ff(x))",
-                baseline=oracle_block(state, 4, x, norm_first=False, dtype=torch.float32),
-                mistakes=block_mistakes(state, 4, x, norm_first=False))
+    block_close(proxy, state, 4, randn(2, 9, 36, seed=33), norm_first=False,
+                what="TransformerBlock(36, 4, 50, norm_first=False)")
 
 
 @BLOCK
@@ -338,21 +374,14 @@ def test_block_mask(learner):
     x = randn(2, 11, 24, seed=34)
     for norm_first in (True, False):
         proxy, state = block(learner, 24, 3, 40, seed=35, norm_first=norm_first)
-        block_close(proxy(x, mask), oracle_block(state, 3, x, mask, norm_first),
-                    f"TransformerBlock(norm_first={norm_first})(x, mask) with a causal mask", "pass mask to self.attn",
-                    baseline=oracle_block(state, 3, x, mask, norm_first, dtype=torch.float32),
-                    mistakes={"the mask is not passed to the attention: self.attn(..., mask=mask)":
-                              plain_block(state, 3, x, mask, norm_first, "mask ignored"),
-                              **block_mistakes(state, 3, x, mask, norm_first)})
+        block_close(proxy, state, 3, x, mask, norm_first, what=f"TransformerBlock(24, 3, 40, {norm_first})")
 
 
 @BLOCK
 def test_block_single_position(learner):
     """seq_len = 1 works"""
     proxy, state = block(learner, 16, 2, 24, seed=36)
-    x = randn(4, 1, 16, seed=37)
-    block_close(proxy(x), oracle_block(state, 2, x), "TransformerBlock(16, 2, 24)(x) for one position", "",
-                baseline=oracle_block(state, 2, x, dtype=torch.float32), mistakes=None)
+    block_close(proxy, state, 2, randn(4, 1, 16, seed=37), what="TransformerBlock(16, 2, 24)")
 
 
 @BLOCK
@@ -366,6 +395,13 @@ def test_block_leaves_input(learner):
 
 
 @BLOCK
+@pytest.mark.weight(2)
+def test_block_on_drawn_inputs(learner, reference):
+    """on inputs drawn for this grading: Pre-LN and Post-LN, masks of both shapes, by position or keyword"""
+    drawn(learner, reference, "TransformerBlock", 9023)
+
+
+@BLOCK
 @pytest.mark.together
 def test_block_with_your_parts(learner, course):
     """with your own MultiHeadAttention, FeedForward and LayerNorm, it still equals nn.TransformerEncoderLayer"""
@@ -374,8 +410,7 @@ def test_block_with_your_parts(learner, course):
 
     def run_check():                 # built here: the block's parts are those bound when it is made
         proxy, state = block(learner, 24, 3, 40, seed=41)
-        block_close(proxy(x, mask), oracle_block(state, 3, x, mask), "TransformerBlock(24, 3, 40)(x, mask)", "",
-                    baseline=oracle_block(state, 3, x, mask, dtype=torch.float32), mistakes=None)
+        block_close(proxy, state, 3, x, mask, what="TransformerBlock(24, 3, 40)")
 
     broken = broken_parts(learner)
     fix = (f"your {' and '.join(broken)} give{'s' if len(broken) == 1 else ''} wrong results on "

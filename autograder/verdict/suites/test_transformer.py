@@ -30,6 +30,8 @@ from .checks import (
     tensor,
     together,
 )
+from .contract import Call, Draw, Part, check_drawn
+from .oracles import random_block_state
 
 A = "transformer"
 WORKER_PRELOAD = DRAWING_PRELOAD      # test_tiny_drawn traces the learner's model in its worker
@@ -106,11 +108,7 @@ def tokens(B, L, seed, low=0):
 
 def logits_of(model, x, what):
     B, L = x.shape
-    out = model(x)
-    if isinstance(out, torch.Tensor) and L != SMALL["vocab_size"] and tuple(out.shape) == (B, SMALL["vocab_size"], L):
-        raise Diagnosis(f"{what} has shape (B, vocab_size, T); return (B, T, vocab_size): the head is applied at "
-                        "every position")
-    return tensor(out, what, shape=(B, L, SMALL["vocab_size"]), dtype=torch.float32)
+    return tensor(model(x), what, shape=(B, L, SMALL["vocab_size"]), dtype=torch.float32)
 
 
 def copy_task(n, k, seed):
@@ -129,10 +127,11 @@ BLOCK_NAMES = {f"{m}.{p}" for m in ("attn.q_proj", "attn.k_proj", "attn.v_proj",
 
 
 def contract_names(mine: dict, vocab: int, d: int, n_layers: int) -> dict[str, str]:
-    """The learner's parameter names -> the course model's, for every parameter of the contract: block parameters
-    by the TransformerBlock's contract names, the rest by role (the embedding is the first (vocab, d) parameter, the
-    head the last, the final LayerNorm's weight and bias the (d,) ones, a (vocab,) bias the head's). Any other entry
-    (a buffer of positions, a parameter of the learner's own) is not the contract's."""
+    """The learner's parameter names -> the course model's, for every parameter of the contract, by role, never by
+    the order of registration: block parameters by the TransformerBlock's contract names (under any name of the
+    list, or several names of one list); the head is the (vocab, d) weight of a module that also holds a (vocab,)
+    bias (an nn.Linear), the embedding the other (vocab, d) weight; the final LayerNorm is the (d,) weight and bias
+    outside the blocks. Any other entry (a buffer of positions) is not the contract's."""
     if not isinstance(mine, dict) or not all(isinstance(v, torch.Tensor) for v in mine.values()):
         raise Diagnosis("TinyTransformer.state_dict() must map names to tensors")
     blocks: dict[str, dict[int, set]] = {}
@@ -144,22 +143,33 @@ def contract_names(mine: dict, vocab: int, d: int, n_layers: int) -> dict[str, s
             names[key] = f"blocks.{m['i']}.{m['rest']}"
         else:
             rest.append(key)
-    layers = next(iter(blocks.values()), {})
-    check(len(blocks) == 1 and sorted(layers) == list(range(n_layers))
-          and all(v == BLOCK_NAMES for v in layers.values()),
+    whole = [sorted(layers) == list(range(n_layers)) and all(v == BLOCK_NAMES for v in layers.values())
+             for layers in blocks.values()]
+    check(bool(whole) and all(whole),
           f"TinyTransformer(..., n_layers={n_layers}) should hold {n_layers} of your TransformerBlock (attn, ff, "
-          "norm1, norm2) in one nn.ModuleList, but its parameters are "
+          "norm1, norm2) in an nn.ModuleList, but its parameters are "
           + ", ".join(sorted({re.sub(r"\.\d+\.", ".<i>.", k) for k in mine})[:12]))
-    matrices = [k for k in rest if tuple(mine[k].shape) == (vocab, d)]
-    norms = [k for k in rest if tuple(mine[k].shape) == (d,)]
-    biases = [k for k in rest if tuple(mine[k].shape) == (vocab,)]
-    norm_w = [k for k in norms if k.endswith("weight")]
-    norm_b = [k for k in norms if k.endswith("bias")]
-    check(len(matrices) == 2 and len(norm_w) == 1 and len(norm_b) == 1 and len(biases) <= 1,
+    shape = {k: tuple(mine[k].shape) for k in rest}
+
+    def sibling(key: str, name: str) -> str:
+        module = key.rpartition(".")[0]
+        return f"{module}.{name}" if module else name
+
+    matrices = [k for k in rest if shape[k] == (vocab, d) and k.endswith("weight")]
+    heads = [k for k in matrices if shape.get(sibling(k, "bias")) == (vocab,)]
+    embeddings = [k for k in matrices if k not in heads]
+    if not heads and len(embeddings) == 2:        # a head without a bias: the embedding is the one registered first
+        heads = embeddings[1:]
+        embeddings = embeddings[:1]
+    biases = [sibling(k, "bias") for k in heads if sibling(k, "bias") in shape]
+    norm_w = [k for k in rest if shape[k] == (d,) and k.endswith("weight") and shape.get(sibling(k, "bias")) == (d,)
+              and k not in heads]
+    norm_b = [sibling(k, "bias") for k in norm_w]
+    check(len(heads) == 1 and len(embeddings) == 1 and len(norm_w) == 1,
           "TinyTransformer should hold a token embedding nn.Embedding(vocab_size, d_model), n_layers "
           f"TransformerBlocks (in {next(iter(blocks))}), a final LayerNorm(d_model) and a head "
-          "nn.Linear(d_model, vocab_size)")
-    names.update({matrices[0]: "embed.weight", matrices[1]: "head.weight", norm_w[0]: "norm.weight",
+          f"nn.Linear(d_model, vocab_size); its other parameters are {', '.join(f'{k} {shape[k]}' for k in rest)}")
+    names.update({embeddings[0]: "embed.weight", heads[0]: "head.weight", norm_w[0]: "norm.weight",
                   norm_b[0]: "norm.bias"})
     if biases:
         names[biases[0]] = "head.bias"
@@ -168,11 +178,10 @@ def contract_names(mine: dict, vocab: int, d: int, n_layers: int) -> dict[str, s
 
 def course_weights(mine: dict, ref: dict, vocab: int, d: int, n_layers: int) -> tuple[dict, dict]:
     """(a state for the learner's model holding the course model's weights, the course model's state to compare
-    with). Any entry outside the contract (a buffer of positions) keeps the learner's own value."""
+    with). Only the contract's entries are given: any other (a buffer of positions) keeps the learner's own value."""
     names = contract_names(mine, vocab, d, n_layers)
-    state, ref = dict(mine), dict(ref)
-    for key, course_key in names.items():
-        state[key] = ref[course_key]
+    ref = dict(ref)
+    state = {key: ref[course_key] for key, course_key in names.items()}
     if "head.bias" not in names.values():
         ref["head.bias"] = torch.zeros_like(ref["head.bias"])
     return state, ref
@@ -193,11 +202,14 @@ def course_model_holding(trained: dict, course, vocab: int, d: int, n_layers: in
     return course.eval()
 
 
-def load_course_weights(model, ref_model, norm_first: bool = True):
-    """Put the course model's weights into the learner's model; returns the course model holding the same."""
+def load_course_weights(model, ref_model, seed: int):
+    """Drawn weights for every parameter of the contract (the norms' too) in the course model and, mapped by role, in
+    the learner's; returns the course model."""
+    ref_model.load_state_dict({**ref_model.state_dict(), **random_tiny_state(
+        SMALL["vocab_size"], SMALL["d_model"], SMALL["d_ff"], SMALL["n_layers"], seed)})
     state, ref_state = course_weights(model.state_dict(), ref_model.state_dict(), SMALL["vocab_size"],
                                       SMALL["d_model"], SMALL["n_layers"])
-    load_exact(model, state, "TinyTransformer")
+    load_exact(model, state, "TinyTransformer", contract={k: v for k, v in ref_state.items() if k != "pe"})
     shared_blocks(model.state_dict(), state)
     ref_model.load_state_dict(ref_state)
     return ref_model
@@ -219,6 +231,63 @@ def shared_blocks(back: dict, loaded: dict):
           "range(n_layers)))")
 
 
+# -- the contract: inputs drawn over everything the notebook allows (autograder.verdict.suites.contract) ---------
+def course_model():
+    """The course's TinyTransformer class (the solution notebook's code, run here)."""
+    course_parts("", None)
+    return _COURSE[0].TinyTransformer
+
+
+def random_tiny_state(vocab: int, d: int, d_ff: int, n_layers: int, seed: int) -> dict:
+    """Drawn weights for every parameter of the contract, by the course model's names (norm weights not ones); the
+    head's bias is zero, since a head without one (GPT-2's) is right too."""
+    g = seeded(seed)
+    state = {"embed.weight": torch.randn(vocab, d, generator=g), "norm.weight": 1 + 0.5 * torch.randn(d, generator=g),
+             "norm.bias": 0.5 * torch.randn(d, generator=g),
+             "head.weight": torch.randn(vocab, d, generator=g) / d ** 0.5, "head.bias": torch.zeros(vocab)}
+    for i in range(n_layers):
+        state.update({f"blocks.{i}.{k}": v for k, v in random_block_state(d, d_ff, seed=seed + 10 * i + 1).items()})
+    return state
+
+
+def draw_tiny(d: Draw) -> Call:
+    vocab, H, d_ff, n_layers = d.size(2, 30), d.choice((1, 2, 4)), d.size(1, 48), d.size(1, 3)
+    D = H * 2 * d.size(1, 4)
+    max_len = d.size(1, 40)
+    ctor: tuple = (vocab, D, H, d_ff, n_layers, max_len)
+    ctor_kwargs: dict = {}
+    norm_first = d.chance(0.5)
+    if not norm_first or d.chance(0.5):
+        if d.chance(0.5):
+            ctor += (norm_first,)
+        else:
+            ctor_kwargs["norm_first"] = norm_first
+    T = d.choice((max_len, d.size(1, max_len)))
+    tokens = torch.randint(0, vocab, (d.size(1, 3), T), generator=d.g)
+    return Call("TinyTransformer", (tokens,), ctor=ctor, ctor_kwargs=ctor_kwargs,
+                state=random_tiny_state(vocab, D, d_ff, n_layers, d.r.randrange(1 << 30)),
+                about="Pre-LN" if norm_first else "Post-LN")
+
+
+def _tiny_values(c: Call, dtype):
+    model = course_model()(*c.made, **c.ctor_kwargs)
+    model.load_state_dict(c.state)
+    with torch.no_grad():
+        return model.to(dtype).eval()(c.args[0])
+
+
+def tiny_names(mine: dict, state: dict) -> dict:
+    """The course-named `state` by the learner's model's own names, mapped by role (contract_names)."""
+    vocab, d = state["embed.weight"].shape
+    n_layers = len({k.split(".")[1] for k in state if k.startswith("blocks.")})
+    return course_weights(mine, state, vocab, d, n_layers)[0]  # a head without a bias: the drawn one is zero
+
+
+CONTRACT = {"TinyTransformer": Part(draw_tiny, lambda c: _tiny_values(c, torch.float64),
+                                    lambda c: _tiny_values(c, torch.float32), rename=tiny_names)}
+DRAWN = 8           # calls drawn per grading
+
+
 # -- the tests ------------------------------------------------------------------------------------------
 @TINY
 def test_tiny_shape(learner):
@@ -232,20 +301,16 @@ def test_tiny_shape(learner):
 @TINY
 @pytest.mark.weight(2)
 def test_tiny_structure(learner, reference):
-    """with the course model's weights, it computes the course model's logits (Pre-LN and Post-LN)"""
+    """with the course model's weights (every one drawn), it computes the course model's logits (Pre-LN and Post-LN)"""
     course = reference(A).TinyTransformer
     for norm_first in (True, False):
-        torch.manual_seed(int(torch.randint(1 << 30, (1,), generator=seeded(901 + norm_first))))
-        ref = course(*SMALL.values(), norm_first=norm_first).eval()
         model = new_model(learner, *SMALL.values(), norm_first=norm_first)
-        ref = load_course_weights(model, ref, norm_first)
+        ref = load_course_weights(model, course(*SMALL.values(), norm_first=norm_first).eval(), 901 + norm_first)
         x = tokens(3, 19, seed=902 + norm_first)
         with torch.no_grad():
-            want = ref.double()(x)
-            plain = ref.float()(x)
-        close(logits_of(model, x, "the output"), want, f"the logits with the course model's weights (norm_first="
-              f"{norm_first})", "embed the tokens, add the sinusoidal encoding of the positions, apply the blocks in "
-              "order with the causal mask, then the final LayerNorm and the head", baseline=plain, dtype=torch.float32)
+            want, plain = ref.double()(x), ref.float()(x)
+        close(model(x), want, f"the logits of TinyTransformer(norm_first={norm_first}) with the course model's "
+              "weights", baseline=plain, dtype=torch.float32)
 
 
 @TINY
@@ -256,11 +321,10 @@ def test_tiny_with_your_parts(learner, reference, course):
 
     def run_check():                 # built here: the model's parts are those bound when it is made
         model = new_model(learner, *SMALL.values())
-        ref = load_course_weights(model, reference(A).TinyTransformer(*SMALL.values()).eval())
+        ref = load_course_weights(model, reference(A).TinyTransformer(*SMALL.values()).eval(), 906)
         with torch.no_grad():
             want, plain = ref.double()(x), ref.float()(x)
-        close(logits_of(model, x, "the output"), want, "the logits with the course model's weights", baseline=plain,
-              dtype=torch.float32)
+        close(model(x), want, "the logits with the course model's weights", baseline=plain, dtype=torch.float32)
 
     wrong = course_parts("TinyTransformer_tests", learner)
     if not wrong:
@@ -289,12 +353,13 @@ def test_tiny_causal(learner, L, data, norm_first):
                      % SMALL["vocab_size"])
     before = logits_of(model, x, f"the output for T = {L}")
     after = logits_of(model, changed, f"the output for T = {L}")
-    check(torch.allclose(before[:, :p], after[:, :p], atol=1e-5),
-          f"changing the token at position {p} changed the logits at earlier positions (norm_first={norm_first}): "
-          "the model looks ahead; give every block the causal mask (True where key j <= query i)")
+    moved = float((before[:, :p] - after[:, :p]).abs().max())
+    check(moved <= 1e-5, f"in a sequence of {L} tokens, changing the token at position {p} changed the logits at the "
+                         f"positions before it by up to {moved:.3g} (norm_first={norm_first}); a causal model's "
+                         "logits at a position depend only on the tokens up to it")
     check(not torch.allclose(before[:, p], after[:, p], atol=1e-6),
-          f"changing the token at position {p} did not change the logits at position {p}: each position must see "
-          "its own token (is the causal mask shifted, or inverted?)")
+          f"in a sequence of {L} tokens, changing the token at position {p} did not change the logits at position "
+          f"{p} (norm_first={norm_first}); they depend on the token there too")
 
 
 @TINY
@@ -307,8 +372,16 @@ def test_tiny_order_matters(learner):
     swapped[:, 0], swapped[:, 1] = 2, 1
     a, b = logits_of(model, x, "the output"), logits_of(model, swapped, "the output")
     check(not torch.allclose(a[:, 2:], b[:, 2:], atol=1e-5),
-          "swapping the first two tokens leaves the logits at later positions unchanged: without positions, causal "
-          "attention sees the earlier tokens as an unordered set; add the sinusoidal encoding to the embeddings")
+          "swapping the first two tokens of a sequence left the logits at every later position unchanged: the model "
+          "does not tell the order of earlier tokens apart")
+
+
+@TINY
+@pytest.mark.weight(2)
+def test_tiny_on_drawn_inputs(learner, reference):
+    """on inputs drawn for this grading: Pre-LN and Post-LN, 1 to 3 layers, any sizes, every weight drawn"""
+    check_drawn(learner, vars(reference(A)), "TinyTransformer", CONTRACT["TinyTransformer"],
+                seeded(9031).initial_seed(), DRAWN)
 
 
 @TINY
@@ -346,19 +419,14 @@ def test_tiny_trains(learner, reference):
                                                                                    N_LAYERS, T), V, D_MODEL, N_LAYERS)
     with torch.no_grad():
         want, plain = course.double()(xe), course.float()(xe)
-    check(torch.isfinite(plain).all(), "after training, the logits contain NaN or inf: look for a division by zero or "
-                                       "a -inf that reaches the output (a row of the mask that is all False?)")
+    check(torch.isfinite(plain).all(), "after training, the logits contain NaN or inf")
     acc = accuracy(plain, ye, k)
     check(acc >= ACCURACY,
           f"after {STEPS} steps of training, the model repeats the token {k} places back with accuracy {acc:.2f} "
-          f"on new sequences (at least {ACCURACY} expected; the course's model reaches 1.0). It stays near 0.3 when "
-          "the model cannot tell positions apart: add the sinusoidal encoding to the token embeddings (unscaled: "
-          "multiplied by sqrt(d_model), the embeddings drown the positions), and give every block the same causal mask")
+          f"on new sequences (at least {ACCURACY} expected; the course's model reaches 1.0)")
     close(tensor(model(xe), "the output of the trained model", shape=(1024, T, V)), want,
-          "the trained model's logits against the course's model holding its trained weights",
-          "after training, your model must still compute what the course's model computes with the same weights: "
-          "nothing outside the contract's parameters (no parameter of its own, hook or changed output) may change "
-          "its logits", baseline=plain, dtype=torch.float32)
+          "the trained model's logits against the course's model holding its trained weights (nothing outside the "
+          "contract's parameters may change them)", baseline=plain, dtype=torch.float32)
 
 
 @TINY
@@ -378,7 +446,7 @@ def test_tiny_speed(learner, timed_reference):
     sizes = TINY_SPEED
     ref, mine = worker.new("TinyTransformer", *sizes.values()), new_model(learner, *sizes.values())
     state, ref_state = course_weights(mine.state_dict(), ref.state_dict(), 16, 64, 2)
-    load_exact(mine, state, "TinyTransformer")
+    load_exact(mine, state, "TinyTransformer", contract=ref_state)
     ref.load_state_dict(ref_state)
     fast_enough(Target(learner, "TinyTransformer", mine.handle), Target(worker, "TinyTransformer", ref.handle),
                 [{"kind": "tokens", "shape": [2, 64], "high": 16}], "TinyTransformer forward", calls=10)

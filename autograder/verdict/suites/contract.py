@@ -1,0 +1,398 @@
+"""Each graded part's contract as data: inputs drawn over everything its specification allows, and one judge of an
+answer on such an input.
+
+A suite lists its parts in `CONTRACT` (name -> `Part`). A `Part` draws a `Call` (sizes, dtypes, devices, masks with
+empty rows, scores around 1e4 or all far below 0, sizes past any table, defaults left out or given), knows the answer
+in float64 (`truth`: torch's own layer where there is one) and the answer of a plain computation at the output's
+precision (`plain`: the error a correct answer may make), and may `vary` a call: the same sizes with other values
+or other arguments, so that a result kept from an earlier call shows.
+
+`judge` compares an answer with the truth, the reference's answer and the contract's rules (the exception raised,
+the output's type, shape, dtype and device, inputs left as they were, autograd on or off alike) and says what it
+observed, never why: the hidden suites draw calls from it per grading (`drawn_calls`, `check_drawn`), and the
+mutation testing of the suites (autograder.authoring.mutation) draws many more from it, as its oracle.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .checks import FLOORS, max_error, where
+
+
+class Draw:
+    """The random choices of one call: sizes from Python's generator, tensors from torch's, both from one seed."""
+
+    def __init__(self, seed: int):
+        self.r = random.Random(seed)
+        self.g = torch.Generator().manual_seed(seed & ((1 << 63) - 1))
+
+    def size(self, low: int, high: int, far: int | None = None, p_far: float = 0.2) -> int:
+        """A size in [low, high], an edge of it one time in five, and past it (up to `far`) with chance `p_far`."""
+        if far is not None and self.r.random() < p_far:
+            return self.r.randint(high + 1, far)
+        if self.r.random() < 0.2:
+            return self.r.choice((low, high))
+        return self.r.randint(low, high)
+
+    def chance(self, p: float) -> bool:
+        return self.r.random() < p
+
+    def choice(self, options):
+        return self.r.choice(list(options))
+
+    def uniform(self, low: float, high: float) -> float:
+        return self.r.uniform(low, high)
+
+    def lead(self, most: int = 2, largest: int = 3) -> tuple[int, ...]:
+        """Leading dimensions (batch, heads): none up to `most` of them."""
+        return tuple(self.r.randint(1, largest) for _ in range(self.r.randint(0, most)))
+
+    def dtype(self, p64: float = 0.4) -> torch.dtype:
+        return torch.float64 if self.chance(p64) else torch.float32
+
+    def randn(self, *shape, dtype=torch.float32, scale: float = 1.0, shift: float = 0.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=self.g, dtype=torch.float64) * scale + shift).to(dtype)
+
+    def mask(self, *shape, empty_rows: bool = False) -> torch.Tensor:
+        """A random bool mask (True = may attend); every row keeps a key unless `empty_rows`, then some rows keep
+        none."""
+        m = torch.rand(*shape, generator=self.g) < self.uniform(0.2, 0.9)
+        first = torch.randint(0, shape[-1], shape[:-1], generator=self.g)
+        m |= torch.nn.functional.one_hot(first, shape[-1]).bool()
+        if empty_rows:
+            m &= (torch.rand(*shape[:-1], 1, generator=self.g) > 0.3)
+        return m
+
+
+@dataclass
+class Call:
+    """One call of a part: a function's arguments, or a module's constructor arguments, its parameters (by the
+    contract's names; None: as constructed) and its forward's arguments."""
+
+    part: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    ctor: tuple | None = None
+    ctor_kwargs: dict = field(default_factory=dict)
+    state: dict | None = None
+    about: str = ""             # what is special about this input
+
+    @property
+    def made(self) -> tuple:
+        """A module's constructor arguments (none for a function)."""
+        return self.ctor or ()
+
+    def __str__(self) -> str:
+        about = f" ({self.about})" if self.about else ""
+        if self.ctor is None:
+            return f"{self.part}({_args(self.args, self.kwargs)}){about}"
+        state = "with drawn weights" if self.state else "as constructed"
+        made = _args(self.made, self.ctor_kwargs)
+        return f"{self.part}({made}), {state}, called on ({_args(self.args, self.kwargs)}){about}"
+
+
+def _show(v) -> str:
+    if isinstance(v, torch.Tensor):
+        kind = str(v.dtype).removeprefix("torch.")
+        return f"{kind} tensor of shape {tuple(v.shape)}" + ("" if v.device.type == "cpu" else f" on {v.device}")
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, torch.device):
+        return repr(str(v))
+    return repr(v)
+
+
+def _args(args, kwargs) -> str:
+    return ", ".join([*map(_show, args), *(f"{k}={_show(v)}" for k, v in kwargs.items())])
+
+
+@dataclass
+class Part:
+    draw: Callable[[Draw], Call]
+    truth: Callable[[Call], Any]                       # the answer in float64 (or exactly)
+    plain: Callable[[Call], Any] | None = None         # a plain computation at the answer's precision
+    vary: Callable[[Call, Draw], Call] | None = None   # the same sizes, other values or arguments
+    # (a module's state_dict, the contract's state by the contract's names) -> that state by the module's own names
+    rename: Callable[[dict, dict], dict] | None = None
+    # an absolute error the call's conditioning allows any order of computation (large scores, large angles)
+    slack: Callable[[Call], float] | None = None
+
+
+# -- running a call --------------------------------------------------------------------------------------------
+Outcome = dict          # {"raised": type name, "mro": [names]} or {"first", "second", "args_after": [[...], [...]]}
+
+
+def fresh(a, grad: bool):
+    if not isinstance(a, torch.Tensor):
+        return a
+    t = a.detach().clone()
+    return t.requires_grad_(True).clone() if grad and t.is_floating_point() else t
+
+
+def _detached(obj):
+    if isinstance(obj, torch.Tensor):
+        return obj.detach()
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_detached(o) for o in obj)
+    return obj
+
+
+def run_twice(target, args, kwargs) -> Outcome:
+    """Two calls of `target` on fresh copies of the arguments, autograd off then on, as the learner's worker makes
+    them (Worker.op_call_twice)."""
+    outs, after = [], []
+    for grad in (False, True):
+        copies = [fresh(a, grad) for a in args]
+        with torch.set_grad_enabled(grad):
+            outs.append(_detached(target(*copies, **kwargs)))
+        after.append([_detached(a) for a in copies])
+    return {"first": outs[0], "second": outs[1], "args_after": after}
+
+
+def run_here(ns: dict, call: Call, seed: int = 0, rename=None) -> Outcome:
+    """`call` on the code of namespace `ns`, in this process (course code, or a mutant of it), as `run_twice`."""
+    try:
+        target = ns[call.part]
+        if call.ctor is not None:
+            torch.manual_seed(seed)
+            target = target(*call.ctor, **call.ctor_kwargs)
+            if call.state is not None:
+                state = rename(target.state_dict(), call.state) if rename else call.state
+                missing = set(state) - set(target.state_dict())
+                if missing:
+                    raise KeyError(f"no parameters {sorted(missing)}")
+                target.load_state_dict(state, strict=False)
+        return run_twice(target, call.args, call.kwargs)
+    except Exception as e:  # noqa: BLE001 - the part's exception is its answer here
+        return {"raised": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__]}
+
+
+def run_learner(learner, call: Call, rename=None) -> Outcome:
+    """`call` on the learner's code through its worker (the same two calls as `run_here`)."""
+    from autograder.verdict.learner import LearnerError
+
+    from .checks import load_state
+
+    try:
+        if call.ctor is None:
+            res = learner.twice(call.part, *call.args, **call.kwargs)
+        else:
+            proxy = learner.new(call.part, *call.ctor, **call.ctor_kwargs)
+            if call.state is not None:
+                load_state(proxy, rename(proxy.state_dict(), call.state) if rename else call.state, call.part,
+                           contract=call.state)
+            res = proxy.twice(*call.args, **call.kwargs)
+    except LearnerError as e:
+        return {"raised": e.type, "mro": list(e.mro)}
+    return res if isinstance(res, dict) else {}
+
+
+# -- judging an answer -----------------------------------------------------------------------------------------
+def _items(x) -> list:
+    return list(x) if isinstance(x, (tuple, list)) else [x]
+
+
+def _allowed(truth: torch.Tensor, dtype, baselines: list, slack: float) -> float:
+    rtol, atol = FLOORS.get(dtype, (1e-6, 1e-6))
+    scale = float(truth.double().abs().max()) if truth.numel() else 0.0
+    allowed = atol + rtol * scale + slack
+    for b in baselines:
+        if isinstance(b, torch.Tensor) and b.shape == truth.shape:
+            allowed = max(allowed, 2.0 * max_error(b, truth) + slack)
+    return allowed
+
+
+def judge(call: Call, got: Outcome, expected: Outcome, truth=None, plain=None, slack: float = 0.0) -> str | None:
+    """What is wrong with the answer `got` to `call` (None: nothing), given the reference's `expected` answer and,
+    for values, the float64 `truth` and the `plain` computation that set the allowed error."""
+    if "raised" in expected:
+        if "raised" not in got:
+            return f"it should raise {expected['raised']}, but it returned"
+        if expected["raised"] not in got.get("mro", [got["raised"]]):
+            return f"it should raise {expected['raised']}, but it raised {got['raised']}"
+        return None
+    if "raised" in got:
+        return f"it raised {got['raised']}"
+    first, second, after = got.get("first"), got.get("second"), got.get("args_after")
+    want = _items(expected["first"])
+    have = _items(first)
+    if isinstance(expected["first"], (tuple, list)) != isinstance(first, (tuple, list)) or len(have) != len(want):
+        kind = f"a tuple of {len(want)}" if isinstance(expected["first"], (tuple, list)) else "a tensor"
+        return f"it should return {kind}, but it returned {_kind(first)}"
+    truths = _items(truth) if truth is not None else want
+    plains = _items(plain) if plain is not None else [None] * len(want)
+    for i, (h, w, t, p) in enumerate(zip(have, want, truths, plains)):
+        what = "the output" if len(want) == 1 else f"output {i + 1} of {len(want)}"
+        if not isinstance(w, torch.Tensor):
+            if h != w:
+                return f"{what} is {h!r}, expected {w!r}"
+            continue
+        if not isinstance(h, torch.Tensor):
+            return f"{what} should be a tensor, but it is {_kind(h)}"
+        for attr in ("shape", "dtype"):
+            if getattr(h, attr) != getattr(w, attr):
+                return f"{what} has {attr} {_show_attr(getattr(h, attr))}, expected {_show_attr(getattr(w, attr))}"
+        if h.device.type != w.device.type:
+            return f"{what} is on the device {h.device.type!r}, expected {w.device.type!r} (the device asked for)"
+        if w.device.type == "meta":
+            continue
+        if not w.is_floating_point():
+            if not torch.equal(h, w):
+                wrong = int((h != w).sum())
+                return f"{what} differs from the right one in {wrong} of {w.numel()} entries{where(h, w)}"
+            continue
+        t = t if isinstance(t, torch.Tensor) else w
+        if torch.isnan(h).any() and not torch.isnan(t).any():
+            return f"{what} contains NaN (in {int(torch.isnan(h).sum())} of {h.numel()} entries)"
+        allowed = _allowed(t, w.dtype, [w, p], slack)
+        err = max_error(h, t)
+        if err > allowed:
+            return f"{what} is wrong: largest error {err:.3g} (allowed {allowed:.3g}){where(h, t)}"
+    for mode, args in zip(("with autograd off", "with autograd on"), after or []):
+        for i, (sent, left) in enumerate(zip(call.args, args)):
+            if isinstance(sent, torch.Tensor) and not (isinstance(left, torch.Tensor) and left.shape == sent.shape
+                                                       and torch.equal(left, sent)):
+                return f"it changed its argument {i + 1} in place ({mode})"
+    if not after or len(after) != 2:
+        return "the grader could not read its arguments back"
+    for a, b in zip(_items(first), _items(second)):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.device.type != "meta" and (
+                a.shape != b.shape or max_error(a, b) > 1e-6 * (1 + float(a.double().abs().max() if a.numel() else 0))):
+            return "it gave another answer with autograd on than off, on the same inputs"
+    return None
+
+
+def _kind(v) -> str:
+    return f"a tuple of {len(v)}" if isinstance(v, (tuple, list)) else f"a {type(v).__name__}"
+
+
+def _show_attr(v) -> str:
+    return str(tuple(v)) if isinstance(v, torch.Size) else str(v).removeprefix("torch.")
+
+
+# -- what a suite draws per grading ------------------------------------------------------------------------------
+def revalue(call: Call, d: Draw) -> Call:
+    """The same call with new values in every tensor (same shapes and dtypes; masks and token ids stay such): an
+    answer kept from the call before, by the sizes of its arguments, shows."""
+    def new(v):
+        if not isinstance(v, torch.Tensor):
+            return v
+        if v.dtype == torch.bool:
+            return d.mask(*v.shape) if v.dim() else v
+        if not v.is_floating_point():
+            return torch.randint(0, int(v.max()) + 1 if v.numel() else 1, v.shape, generator=d.g, dtype=v.dtype)
+        if v.numel() > 1 and float(v.double().std()) == 0:
+            return v.clone()                 # a constant (a zero bias) stays what it is
+        scale = float(v.double().std()) if v.numel() > 1 else 1.0
+        return d.randn(*v.shape, dtype=v.dtype, scale=scale, shift=float(v.double().mean()) if v.numel() else 0.0)
+    state = None if call.state is None else {k: new(v) for k, v in call.state.items()}
+    args = tuple(new(a) for a in call.args)
+    return dataclasses.replace(call, args=args, kwargs={k: new(v) for k, v in call.kwargs.items()}, state=state,
+                               about=", ".join(filter(None, (call.about, "the sizes of the call before"))))
+
+
+def drawn_calls(part: Part, seed: int, count: int) -> list[Call]:
+    """`count` calls of `part` from `seed`, each second one a variation of the one before (by default the same sizes
+    with other values)."""
+    calls: list[Call] = []
+    for i in range(count):
+        d = Draw(seed * 1000 + i)
+        calls.append((part.vary or revalue)(calls[-1], d) if calls and i % 2 else part.draw(d))
+    return calls
+
+
+@dataclass
+class Expected:
+    """What a call should give: the reference's answer, the truth, the plain answer and the conditioning's slack."""
+
+    outcome: Outcome
+    truth: Any = None
+    plain: Any = None
+    slack: float = 0.0
+
+    def judge(self, call: Call, got: Outcome) -> str | None:
+        return judge(call, got, self.outcome, self.truth, self.plain, self.slack)
+
+
+def expected_of(part: Part, call: Call, ns: dict) -> Expected:
+    """What `call` should give, from the reference (course code in `ns`, in this trusted process) and the oracles."""
+    outcome = run_here(ns, call, rename=part.rename)
+    if "raised" in outcome:
+        return Expected(outcome)
+    return Expected(outcome, part.truth(call), part.plain(call) if part.plain else None,
+                    part.slack(call) if part.slack else 0.0)
+
+
+def same_outcome(a: Outcome, b: Outcome, expected: Expected) -> bool:
+    """Whether two answers to one call are the same: the same exception, or outputs that are each within the
+    allowed error of each other, or ten times nearer each other than to the truth, and the arguments left the same
+    way."""
+    from autograder.verdict.known import _close
+
+    if "raised" in a or "raised" in b:
+        return "raised" in a and "raised" in b and b["raised"] in a.get("mro", [a["raised"]])
+    xs, ys = _items(a.get("first")), _items(b.get("first"))
+    truths = _items(expected.truth) if expected.truth is not None else _items(expected.outcome.get("first"))
+    if len(xs) != len(ys):
+        return False
+    for x, y, t in zip(xs, ys, truths + [None] * len(xs)):
+        if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+            if x != y:
+                return False
+            continue
+        if x.dtype != y.dtype or x.device.type != y.device.type:
+            return False
+        if isinstance(t, torch.Tensor) and t.shape == x.shape:
+            allowed = _allowed(t, x.dtype, [], expected.slack)
+            apart, wrong_by = _close(x, y), _close(x, t)
+            if not (apart <= allowed or (math.isfinite(wrong_by) and apart <= 0.1 * wrong_by)):
+                return False
+        elif _close(x, y) > 0:
+            return False
+    after_a, after_b = a.get("args_after") or [], b.get("args_after") or []
+    return all(_close(x, y) == 0 for ma, mb in zip(after_a, after_b) for x, y in zip(ma, mb)
+               if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor))
+
+
+def explain_outcome(learner, part: Part, call: Call, got: Outcome, expected: Expected):
+    """(causes, ruled out): the known mistakes whose answer to the learner's last call (`call`, after the same calls
+    before it) is the learner's `got`, and those wrong here whose answer is not (autograder.verdict.known)."""
+    from autograder.verdict import known
+
+    matched: list[str] = []
+    ruled_out: list[str] = []
+    for bug, theirs in known.replay(learner.assignment or "", learner.calls, len(learner.calls) - 1, part.rename):
+        right_here = expected.judge(call, theirs) is None     # then it cannot explain this failure on its own
+        same = not theirs["differed"] and same_outcome(got, theirs, expected)
+        (matched if same and not right_here else ruled_out).append(bug.cause)
+    return matched, ruled_out
+
+
+def check_drawn(learner, ns: dict, name: str, part: Part, seed: int, count: int):
+    """The learner's `name` meets its contract on `count` calls drawn for this grading."""
+    from .checks import Diagnosis
+
+    for call in drawn_calls(part, seed, count):
+        expected = expected_of(part, call, ns)
+        got = run_learner(learner, call, part.rename)
+        wrong = expected.judge(call, got)
+        if wrong:
+            raise Diagnosis(f"on an input drawn for this grading, {call}: {wrong}",
+                            *explain_outcome(learner, part, call, got, expected))
+
+
+def scores_slack(call: Call) -> float:
+    """What any order of computation may err by on softmax attention whose scores are large: a score is only known to
+    eps * |score|, and so each weight, times |v|."""
+    q, k, v = call.args[:3]
+    if not q.numel() or not k.numel() or not v.numel():
+        return 0.0
+    scores = (q.double() @ k.double().transpose(-2, -1)).abs().max() / math.sqrt(q.shape[-1])
+    return 4 * torch.finfo(q.dtype).eps * float(scores) * float(v.double().abs().max())

@@ -1,0 +1,88 @@
+"""Each suite's contract (autograder/verdict/suites/contract.py) is right in both directions, checked here in this
+process on many more drawn calls than a grading makes: the reference and every known correct answer meet it on
+every call, and every known mistake that changes what a part computes breaks it on some call, with a message that
+says what was observed (the call, the output, where it is wrong)."""
+import importlib
+
+import pytest
+from helpers import ASSIGNMENTS
+
+from autograder.authoring import variants
+from autograder.notebooks import learner_cells, reference_namespace
+from autograder.verdict.suites import contract
+
+DRAWS = 80
+# Known mistakes the contract cannot see: what they get wrong is time, memory, or a library call, not a value.
+NOT_VALUES = {"sdpa_query_loop", "mha_inline_query_loop", "blockwise_full_matrix", "blockwise_full_matrix_unseen",
+              "blockwise_causal_full_mask", "blockwise_skips_long_inputs", "blockwise_library", "library_blocks",
+              "block_library_norms"}
+
+
+def suite(asg):
+    return importlib.import_module(f"autograder.verdict.suites.test_{asg}")
+
+
+def namespace(asg, cells):
+    ns: dict = {"__name__": f"contract_{asg}"}
+    for cell in learner_cells(variants.submission(asg, cells)):
+        exec(compile(cell["source"], cell["id"], "exec"), ns)
+    return ns
+
+
+def first_break(asg, name, ns, draws=DRAWS):
+    """The first drawn call of `name` on which the code of `ns` breaks the contract, said; None if none does."""
+    part, reference = suite(asg).CONTRACT[name], reference_namespace(asg)
+    for call in contract.drawn_calls(part, 7, draws):
+        wrong = contract.expected_of(part, call, reference).judge(call, contract.run_here(ns, call, rename=part.rename))
+        if wrong:
+            return f"{call}: {wrong}"
+    return None
+
+
+def parts_cases():
+    return [(asg, name) for asg in ASSIGNMENTS for name in suite(asg).CONTRACT]
+
+
+@pytest.mark.parametrize("asg,name", parts_cases())
+def test_correct_answers_meet_the_contract(asg, name):
+    answers = [("reference", {})] + [(v.name, v.cells) for v in variants.load(asg)
+                                     if isinstance(v, variants.Correct) and name in v.cells]
+    for label, cells in answers:
+        broken = first_break(asg, name, namespace(asg, cells))
+        assert broken is None, f"{asg}: {label} breaks the contract of {name}: {broken}"
+
+
+@pytest.mark.parametrize("asg,bug", [(asg, v) for asg in ASSIGNMENTS for v in variants.load(asg)
+                                     if isinstance(v, variants.Bug) and v.name not in NOT_VALUES
+                                     and any(n in v.cells for n in suite(asg).CONTRACT)],
+                         ids=lambda x: getattr(x, "name", x))
+def test_known_mistakes_break_the_contract(asg, bug):
+    name = next(n for n in suite(asg).CONTRACT if n in bug.cells)
+    broken = first_break(asg, name, namespace(asg, bug.cells), draws=200)
+    assert broken is not None, f"{asg}: the known mistake {bug.name} meets the contract of {name} on 200 calls"
+    assert str(name) in broken and any(w in broken for w in ("wrong", "raise", "shape", "dtype", "device", "NaN",
+                                                             "in place", "return"))
+
+
+def test_a_call_says_what_it_is():
+    call = contract.Call("MultiHeadAttention", (contract.Draw(1).randn(2, 3, 8),), {"mask": None}, ctor=(8, 2),
+                         state={"x": 1}, about="a mask")
+    assert str(call) == ("MultiHeadAttention(8, 2), with drawn weights, called on (float32 tensor of shape (2, 3, 8), "
+                         "mask=None) (a mask)")
+
+
+def test_the_judge_names_what_it_observed():
+    """A wrong value, a wrong dtype, a missing exception and an argument changed in place, each said as such."""
+    import torch
+
+    call = contract.Call("f", (torch.ones(3),))
+    expected = {"first": torch.ones(3), "second": torch.ones(3), "args_after": [[torch.ones(3)], [torch.ones(3)]]}
+    wrong_value = {**expected, "first": torch.tensor([1.0, 2.0, 1.0])}
+    assert "largest error 1" in contract.judge(call, wrong_value, expected) and "at index [1]" in \
+        contract.judge(call, wrong_value, expected)
+    assert "dtype float64" in contract.judge(call, {**expected, "first": torch.ones(3, dtype=torch.float64)},
+                                             expected)
+    assert "should raise ValueError" in contract.judge(call, expected, {"raised": "ValueError"})
+    changed = {**expected, "args_after": [[torch.zeros(3)], [torch.ones(3)]]}
+    assert "in place (with autograd off)" in contract.judge(call, changed, expected)
+    assert contract.judge(call, expected, expected) is None
