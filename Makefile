@@ -15,7 +15,8 @@ export OMP_WAIT_POLICY := PASSIVE
 export CHROMIUM
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install book exercises grade postgres graphviz npm lint test test-quick bench gpu-wheels gpu-check clean
+.PHONY: all install book exercises grade postgres graphviz npm lint test test-quick bench mutation gpu-wheels gpu-check \
+        clean
 
 all: book grade
 
@@ -125,6 +126,12 @@ bench: install
 	$(PY) bench/gradebook_locks.py --procs 8 16 32 --learners 2
 	$(PY) bench/class_grading.py $(ASSIGNMENTS)
 	$(PY) bench/check_service.py $(ASSIGNMENTS)
+	$(MAKE) mutation
+
+# The hidden suites measured by mutation testing: mutants of every graded part's reference, those an oracle on the
+# part's contract shows wrong graded by the suite (autograder/authoring/mutation.py): bench/results/mutation.md.
+mutation: install
+	$(PY) -m autograder.authoring.mutation $(ASSIGNMENTS) --out bench/results
 
 # On a machine with an NVIDIA GPU and no network: the course in a virtual environment on that machine's CUDA build
 # of torch, the GPU tests, the speed rule's calibration, GPU memory and a class graded on the GPU, results in
