@@ -3,6 +3,8 @@ loopback port and waited for until it is ready, a plain HTTP client for it, and 
 headers first, the body when asked, as clients arriving at once do)."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import select
@@ -90,6 +92,13 @@ class LocalService:
         return _post(self.url + path, body, {**({"Authorization": f"Bearer {token}"} if token else {}),
                                              **(headers or {})})
 
+    def table(self) -> list[dict]:
+        """The instructor's table (`/instructor/checks.csv`), as rows."""
+        token = next(iter(self.roster["instructors"].values()))
+        req = urllib.request.Request(self.url + "/instructor/checks.csv", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return list(csv.DictReader(io.StringIO(r.read().decode())))
+
     def check(self, learner: str, nb, asg: str) -> tuple[int, dict]:
         status, answer, _ = self.post(f"/check/{asg}", nbformat.writes(nb).encode(), self.roster["learners"][learner])
         return status, answer
@@ -151,12 +160,3 @@ class RawCheck:
             answer = {}
         return int(lines[0].split()[1]), headers, answer
 
-
-def at_once(port: int, path: str, token: str | None, bodies: list[bytes], pause: float = 0.5) -> list[RawCheck]:
-    """Requests whose headers all arrive before any body: every one's headers sent, then (after `pause` seconds, for
-    the server to have read them all) every body. Read each one's `answer()`."""
-    checks = [RawCheck(port, path, token, b) for b in bodies]
-    time.sleep(pause)
-    for c in checks:
-        c.send_body()
-    return checks
