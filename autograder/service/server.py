@@ -24,6 +24,7 @@ import os
 import re
 import socket
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,7 +36,7 @@ from tornado.iostream import StreamClosedError
 
 from autograder.classroom.report import csv_cell
 from autograder.service.fair import Admission, FairQueue, Refusal, Ticket, busy
-from autograder.service.grading import Checker, NotANotebook, Refused, on_worker
+from autograder.service.grading import GRADER_FAILED, Checker, NotANotebook, Refused, on_worker
 from autograder.service.roster import Roster
 
 if TYPE_CHECKING:
@@ -176,20 +177,19 @@ class Service:
         return status, answer
 
     def grade(self, assignment: str, learner: str, body: bytes, want_html: bool) -> dict:
-        """One check, graded here or, with a scheduler, on a Dask worker (blocks: run in the graders' threads). A
-        Dask task that fails otherwise than by Refused (its worker lost) is the grader's failure."""
-        if self.client is None:
-            assert self.checker is not None
-            return self.checker.check(assignment, learner, body, want_html)
-        future = self.client.submit(on_worker, str(self.state.resolve()), assignment, learner, body, want_html,
-                                    pure=False)
+        """One check, graded here or, with a scheduler, on a Dask worker (blocks: run in the graders' threads). Any
+        failure but Refused and NotANotebook (a worker lost, a folder that could not be made) is the grader's."""
         try:
-            return future.result()
+            if self.client is None:
+                assert self.checker is not None
+                return self.checker.check(assignment, learner, body, want_html)
+            return self.client.submit(on_worker, str(self.state.resolve()), assignment, learner, body, want_html,
+                                      pure=False).result()
         except (Refused, NotANotebook):
             raise
-        except Exception as e:  # noqa: BLE001 - the cluster's failure, not the notebook's
-            raise Refused(f"the check failed on the grader's side ({type(e).__name__}), not because of your "
-                          "notebook; it was not counted: try again later", grader=True) from None
+        except Exception:  # noqa: BLE001 - the grader's failure, not the notebook's: logged, answered 503
+            traceback.print_exc()
+            raise Refused(GRADER_FAILED, grader=True) from None
 
     def record(self, learner: str, assignment: str, status: int, outcome: str, seconds: float, where: str):
         new = not self.log_path.exists()
