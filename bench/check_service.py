@@ -249,7 +249,7 @@ def main():
 
             with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                               silence_logs=logging.ERROR, memory_limit=0) as cluster:
-                workers = [w.pid for w in cluster.scheduler_info["workers"].values()]
+                workers = [nanny.process.pid for nanny in cluster.workers.values()]
                 dask = LocalService(Path(tmp) / "dask", roster, args=("--scheduler", cluster.scheduler_address))
                 try:
                     out["rush_dask"] = rush(dask, planned, [dask.proc.pid, *workers])
