@@ -8,8 +8,9 @@ JUPYTERHUB_API_TOKEN, by the `server` role below). The roster says who may check
 user who may reach the service when it names none) and who reads the checks table (its "instructors").
 
 From the environment the hub starts with: COURSE_HUB_URL (the hub's public address, default http://127.0.0.1:8000),
-COURSE_CHECK_PORT (the service's own port, default 10101), COURSE_ROSTER (default roster.json in the course folder),
-COURSE_CHECK_STATE (default _build/checks in the course folder).
+COURSE_CHECK_PORT (the service's own port, default 10101), COURSE_ROSTER (default: the service's own,
+~/.config/course-check/roster.json of the user the hub runs as), COURSE_CHECK_STATE (default _build/checks in the
+course folder).
 """
 import os
 import sys
@@ -20,6 +21,7 @@ course = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 hub_url = os.environ.get("COURSE_HUB_URL", "http://127.0.0.1:8000").rstrip("/")
 port = int(os.environ.get("COURSE_CHECK_PORT", "10101"))
 name = "check-my-work"
+roster = os.environ.get("COURSE_ROSTER")
 access = f"access:services!service={name}"
 
 c.JupyterHub.services.append({
@@ -27,8 +29,7 @@ c.JupyterHub.services.append({
     "url": f"http://127.0.0.1:{port}",
     "cwd": course,
     "oauth_no_confirm": True,
-    "command": [sys.executable, "-m", "autograder.service", "--hub",
-                "--roster", os.environ.get("COURSE_ROSTER", os.path.join(course, "roster.json")),
+    "command": [sys.executable, "-m", "autograder.service", "--hub", *(["--roster", roster] if roster else []),
                 "--state", os.environ.get("COURSE_CHECK_STATE", os.path.join(course, "_build", "checks"))],
 })
 c.JupyterHub.load_roles.extend([

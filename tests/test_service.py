@@ -1,12 +1,16 @@
 """autograder/service/: "check my work" through the real HTTP service, the real nbgrader autograde and a real
-browser. A correct notebook gets full marks and the verdicts `nbgrader autograde` writes; a broken one its diagnosis;
-every refusal comes before any grading and says why; the rate limit and the fair queue hold under concurrent load;
-a check touches no gradebook; a grader fault is the grader's (503, not counted); the upload page runs no script."""
+browser. A correct notebook gets full marks and the verdicts `nbgrader autograde` records; a broken one its diagnosis;
+every refusal comes before any grading and says why; the rate limit, the caps on what waits and the fair queue hold
+under clients arriving at once (raw sockets: every request's headers, then the bodies); a check touches no gradebook;
+a failure the learner's notebook caused is their check (counted), a grader fault the grader's (503, not counted); the
+service answers while it warms up; the upload page runs no script."""
 import asyncio
 import concurrent.futures
 import json
 import os
 import re
+import select
+import socket
 import subprocess
 import sys
 import time
@@ -19,12 +23,14 @@ import psutil
 import pytest
 from helpers import CHROMIUM, CHROMIUM_ARGS, leaks, run_check_cell, suite_lines
 
+from autograder import ROOT
 from autograder.authoring import variants
 from autograder.classroom import grade, report
-from autograder.service.fair import FairQueue, RateLimit
-from autograder.service.grading import verdicts
-from autograder.service.local import LocalService
-from autograder.service.roster import new_roster
+from autograder.notebooks import graded_cells
+from autograder.service.fair import Admission, FairQueue, RateLimit, Refusal
+from autograder.service.local import LocalService, RawCheck
+from autograder.service.roster import Roster, new_roster
+from autograder.verdict.record import Grading, record
 
 ASG = "positional_encoding"
 pytestmark = pytest.mark.xdist_group("service")
@@ -34,22 +40,45 @@ PROBE_ROPE = """def rope(x, base=10000.0):
 SCRIPTED_ROPE = '''def rope(x, base=10000.0):
     raise ValueError('<script>window.pwned = 1</script><img src="data:," onerror="window.pwned = 2">')
 '''
+KILLING_ROPE = """def rope(x, base=10000.0):
+    import os, signal
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+FORMULA = '=HYPERLINK("http://example.com")'
+LEARNER_TIMEOUT = {"GRADER_LEARNER_BUDGET": "30", "GRADER_GRACE": "5"}    # learner_timeout: 30 + 2 x 5 = 40 s
 
 
 def _roster(**kw) -> dict:
-    r = new_roster(["ada", "ben", "cy", "dee", "eve", "fay", "gus"], [ASG, "attention"])
+    r = new_roster(["ada", "ben", "cy", "dee", "eve", "fay", "gus", "hal", "ivy", "jo", "kim", "lu", FORMULA],
+                   [ASG, "attention"])
     r["assignments"]["attention"]["open"] = False
     r.update(kw)
     return r
 
 
+def _counted(service) -> dict:
+    """(learner, assignment) -> the instructor's table's row."""
+    return {(r["learner"], r["assignment"]): r for r in service.table()}
+
+
+def _dead_alias_chain(n: int):
+    """The reference notebook with a dead chain of `n` aliases in a solution cell, written last to first: code that
+    never runs, and that takes the grader's reading of the code longer than a check may take."""
+    nb = variants.submission(ASG)
+    cell = next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution"))
+    cell.source += "\nif False:\n" + "".join(f"    a{i} = a{i - 1}\n" for i in range(n, 0, -1)) + "    a0 = torch\n"
+    return nb
+
+
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    """The service, started where GRADEBOOK_URL names the class's gradebook (which no check may touch)."""
+    """The service, started where GRADEBOOK_URL names the class's gradebook (which no check may touch), with a
+    learner's check stopped after 40 s."""
     tmp = tmp_path_factory.mktemp("service")
     grade.prepare(tmp / "class", [ASG])
-    s = LocalService(tmp, _roster(rate=[3, 3600], max_concurrent=1, max_bytes=400_000),
-                     env={"GRADEBOOK_URL": grade.db_url(tmp / "class")})
+    s = LocalService(tmp, _roster(rate=[3, 3600], max_concurrent=1, max_bytes=400_000, max_waiting_per_learner=5,
+                                  max_connections=64),
+                     env={"GRADEBOOK_URL": grade.db_url(tmp / "class"), **LEARNER_TIMEOUT})
     s.class_gradebook = tmp / "class" / "gradebook.db"              # type: ignore[attr-defined]
     s.class_gradebook_was = s.class_gradebook.read_bytes()          # type: ignore[attr-defined]
     yield s
@@ -66,8 +95,9 @@ def test_a_check_gives_what_autograde_gives(service, tmp_path):
     grade.prepare(d, [ASG])
     grade.submit(d, "ada", ASG, variants.submission(ASG))
     assert grade.autograde(d, ASG, capture_output=True).returncode == 0
-    batch = verdicts(d / "autograded" / "ada" / ASG / f"{ASG}.ipynb")
-    assert [c["text"] for c in answer["cells"]] == [c["text"] for c in batch["cells"]]
+    graded = nbformat.read(str(d / "autograded" / "ada" / ASG / f"{ASG}.ipynb"), as_version=4)
+    batch = Grading.from_dict(record(graded)).verdicts
+    assert [(c["cell"], c["text"]) for c in answer["cells"]] == [(g, batch[g].text()) for g in graded_cells(graded)]
     assert grade.feedback(d, ASG, capture_output=True).returncode == 0
     page = (d / "feedback" / "ada" / ASG / f"{ASG}.html").read_text()
     assert report.NUMBER.sub("#", answer["feedback_html"]) == report.NUMBER.sub("#", page)
@@ -160,10 +190,11 @@ def test_the_queue_is_fair_under_load(service):
 
 def test_checks_are_counted_for_the_instructor_and_change_no_gradebook(service, tmp_path):
     assert service.post(f"/check/{ASG}", b"[]", service.roster["learners"]["eve"])[0] == 400     # logged, no grading
-    req = urllib.request.Request(service.url + "/instructor/checks.csv",
-                                 headers={"Authorization": f"Bearer {service.roster['instructor']}"})
-    table = urllib.request.urlopen(req).read().decode()
-    assert table.startswith("learner,assignment,checks,first,last") and f"eve,{ASG}," in table, table
+    assert service.post(f"/check/{ASG}", b"[]", service.roster["learners"][FORMULA])[0] == 400
+    table = _counted(service)
+    assert set(table[("eve", ASG)]) == {"learner", "assignment", "checks", "first", "last", "grader failures"}
+    # A learner's name that a spreadsheet would read as a formula is text there, as in the class report's tables.
+    assert ("'" + FORMULA, ASG) in table and not any(learner.startswith("=") for learner, _ in table), table
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(urllib.request.Request(service.url + "/instructor/checks.csv", headers={
             "Authorization": f"Bearer {service.roster['learners']['ada']}"}))
@@ -184,6 +215,8 @@ def test_a_grader_fault_is_the_grader_s_and_costs_the_learner_nothing(tmp_path):
         # that is not a notebook, answered without grading), and the one after it is over the limit.
         assert s.post(f"/check/{ASG}", b"[]", s.roster["learners"]["ada"])[0] == 400
         assert s.post(f"/check/{ASG}", b"[]", s.roster["learners"]["ada"])[0] == 429
+        row = _counted(s)[("ada", ASG)]                  # the instructor sees one check, and the grader's failure
+        assert (row["checks"], row["grader failures"]) == ("1", "1"), row
     finally:
         s.close()
 
@@ -363,5 +396,198 @@ def test_the_fair_queue_and_the_rate_limit_by_their_rules():
     r.take("a", now=1.0)
     assert r.retry_after("a", now=2.0) == pytest.approx(8.0) and r.retry_after("b", now=2.0) == 0
     assert r.retry_after("a", now=10.5) == 0
-    r.give_back("a")                                 # a check the grader failed is given back
-    assert list(r.seen["a"]) == []
+    r.take("a", now=10.6)
+    r.give_back("a", 1.0)                            # a check the grader failed is given back, that one only
+    assert list(r.seen["a"]) == [10.6]
+
+
+def test_admission_takes_every_limit_at_once_and_gives_back_only_grader_failures():
+    """Admission by its rules: each limit refuses with its status; a ticket released as charged keeps its
+    rate-limit slot, one released as the grader's failure gives it back; what a ticket holds is given back once."""
+    a = Admission((3, 3600.0), per_learner=2, waiting=3, bytes_held=100, slots=1)
+    t1, t2 = a.admit("a", 10), a.admit("a", 10)
+    with pytest.raises(Refusal) as e:
+        a.admit("a", 10)
+    assert e.value.status == 503 and "2 checks waiting" in e.value.why and int(e.value.headers["Retry-After"]) >= 1
+    t3 = a.admit("b", 10)
+    with pytest.raises(Refusal) as e:
+        a.admit("c", 10)
+    assert e.value.status == 503 and "3 checks waiting" in e.value.why
+    t1.release(charged=False)
+    t1.release(charged=True)                         # once only
+    with pytest.raises(Refusal) as e:
+        a.admit("c", 81)
+    assert e.value.status == 503 and "bytes" in e.value.why
+    assert a.waiting == {"a": 1, "b": 1} and a.held == 20
+    t2.release()
+    t3.release()
+    t4, t5 = a.admit("a", 10), a.admit("a", 10)     # a's second and third: the one given back made room
+    with pytest.raises(Refusal) as e:
+        a.admit("a", 10)
+    assert e.value.status == 429 and "Retry-After" in e.value.headers
+    t4.release()
+    t5.release()
+    assert a.held == 0 and not a.waiting
+
+
+def test_fifty_checks_at_once_from_one_token_get_the_rate_limit_s_three(service):
+    """Fifty requests from one token, every one's headers before any body: the first three take the three checks an
+    hour and are answered once their bodies arrive (not notebooks: 400, counted); the other 47 are refused 429 from
+    their headers, before their bodies are sent."""
+    checks = [RawCheck(service.port, f"/check/{ASG}", service.roster["learners"]["hal"], b"[]") for _ in range(50)]
+    deadline = time.monotonic() + 30
+    while sum(c.answered() for c in checks) < 47 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    early = [c for c in checks if c.answered()]
+    assert len(early) == 47
+    assert {c.answer()[0] for c in early} == {429}
+    late = [c for c in checks if c not in early]
+    for c in late:
+        c.send_body()
+    assert [c.answer()[0] for c in late] == [400, 400, 400]
+    assert _counted(service)[("hal", ASG)]["checks"] == "3"
+
+
+def test_a_learner_s_overrun_is_their_check(service):
+    """A notebook that keeps its grading past the learner's deadline (here a dead alias chain the grader's reading of
+    the code takes minutes over): stopped at 40 s and answered 422 with why, counted against the learner (two more
+    checks, then 429), and the next learner's check is graded."""
+    t = time.monotonic()
+    status, answer = service.check("ivy", _dead_alias_chain(4000), ASG)
+    assert status == 422 and "did not finish within 40 s" in answer["error"] and "it was counted" in answer["error"]
+    assert time.monotonic() - t < 120
+    token = service.roster["learners"]["ivy"]
+    assert [service.post(f"/check/{ASG}", b"[]", token)[0] for _ in range(3)] == [400, 400, 429]
+    status, answer = service.check("jo", variants.submission(ASG), ASG)
+    assert status == 200 and answer["total"] == 11, answer
+
+
+def test_a_notebook_that_kills_its_worker_is_graded_as_such(service):
+    """A rope that kills the process it runs in: the learner's check, answered 200 with that part at 0 and why."""
+    status, answer = service.check("kim", variants.submission(ASG, {"rope": KILLING_ROPE}), ASG)
+    assert status == 200 and answer["total"] < 11, answer
+    rope = next(c for c in answer["cells"] if c["cell"] == "rope_tests")
+    assert rope["score"] == 0 and "your code was killed while calling rope()" in rope["text"], rope
+
+
+def test_a_body_past_the_cap_is_refused_and_counted(service):
+    """A chunked upload (no length said) that passes the 400,000-byte cap: 413 and counted (two more, then 429)."""
+    check = RawCheck(service.port, f"/check/{ASG}", service.roster["learners"]["lu"], b"x" * 500_000, chunked=True)
+    check.send_body()
+    status, _, answer = check.answer()
+    assert status == 413 and "400000" in answer["error"], answer
+    token = service.roster["learners"]["lu"]
+    assert [service.post(f"/check/{ASG}", b"[]", token)[0] for _ in range(3)] == [400, 400, 429]
+
+
+def test_notes_reach_the_learner_as_plain_text(service):
+    """A notebook with a copied solution cell: the grader's note on it (from the grading's record) reads as written,
+    with no markdown escape."""
+    nb = variants.submission(ASG)
+    i, cell = next((i, c) for i, c in enumerate(nb.cells) if c.get("metadata", {}).get("nbgrader", {}).get("solution"))
+    copy = nbformat.from_dict(json.loads(json.dumps(cell)))
+    copy["id"] = "copied-cell"
+    nb.cells.insert(i + 1, copy)
+    status, answer = service.check("gus", nb, ASG)
+    assert status == 200, answer
+    note = "your notebook holds the cell sinusoidal_encoding more than once (a copied cell keeps its grading id)"
+    assert any(n.startswith(note) for n in answer["notes"]), answer["notes"]
+    assert f"Grader note: {note}" in answer["text"] and "\\" not in answer["text"], answer["text"]
+
+
+def test_the_service_answers_while_it_warms_up(service):
+    """The port is bound first: the first answer (before the graders were ready) was 503 with Retry-After."""
+    started = service.started
+    assert started["first_status"] == 503 and int(started["first_retry_after"]) >= 1, started
+    assert started["first_answer_s"] < started["ready_s"], started
+
+
+def test_a_taken_port_is_one_clear_line(service, tmp_path):
+    t = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "autograder.service", "--roster", str(service.roster_path),
+                        "--state", str(tmp_path / "state"), "--port", str(service.port)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and time.monotonic() - t < 60
+    lines = (r.stdout + r.stderr).strip().splitlines()
+    assert len(lines) == 1 and f"127.0.0.1:{service.port}" in lines[0] and "the port is taken" in lines[0], lines
+
+
+def test_tokens_write_a_private_roster_outside_the_course(tmp_path):
+    """`tokens` writes the roster where the service reads it by default (the instructor's configuration folder, not
+    the course's repository), mode 0600, with its instructors as the README says, and keeps an existing one."""
+    env = {**os.environ, "HOME": str(tmp_path)}
+    env.pop("XDG_CONFIG_HOME", None)
+    argv = [sys.executable, "-m", "autograder.service", "tokens", "--learners", "ada", "ben", "--assignments", ASG,
+            "--instructors", "prof"]
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    path = tmp_path / ".config" / "course-check" / "roster.json"
+    assert (path.stat().st_mode & 0o777) == 0o600 and (path.parent.stat().st_mode & 0o777) == 0o700
+    written = json.loads(path.read_text())
+    assert set(written["learners"]) == {"ada", "ben"} and set(written["instructors"]) == {"prof"}
+    assert "instructor" not in written
+    roster = Roster.load(path)
+    assert roster.is_instructor(written["instructors"]["prof"]) and not roster.is_instructor(written["learners"]["ada"])
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=ROOT)
+    assert again.returncode != 0 and "exists" in again.stderr and json.loads(path.read_text()) == written
+    # A roster written where the old instructions put it, at the course's root, is ignored by git.
+    assert subprocess.run(["git", "check-ignore", "-q", "roster.json"], cwd=ROOT).returncode == 0
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"learners": {}, "instructor": "x"}))
+    with pytest.raises(SystemExit, match="instructors"):
+        Roster.load(old)
+
+
+@pytest.fixture(scope="module")
+def busy(tmp_path_factory):
+    """A service with small caps on what waits: 2 checks a learner, 4 in all, 1,000,000 bytes, 12 connections."""
+    s = LocalService(tmp_path_factory.mktemp("busy"),
+                     _roster(rate=[1000, 3600], max_concurrent=1, max_bytes=400_000, max_waiting_per_learner=2,
+                             max_waiting=4, max_bytes_held=1_000_000, max_connections=12))
+    yield s
+    s.close()
+
+
+def test_what_waits_is_capped_and_refused_before_its_body(busy):
+    """While one slow check holds the grader, clients that send their headers and wait: a learner's third check, the
+    bytes past the cap, the fifth check waiting and the 13th connection are each refused 503 with Retry-After before
+    any body is sent; the checks admitted are answered; and then everything is free again."""
+    slow = variants.submission(ASG)
+    slow.cells.append(nbformat.v4.new_code_cell("import time\ntime.sleep(10)"))
+    token, path = busy.roster["learners"], f"/check/{ASG}"
+
+    def refused(check: RawCheck, says: str):
+        assert check.answered(30)
+        status, headers, answer = check.answer()
+        assert status == 503 and int(headers["Retry-After"]) >= 1 and says in answer["error"], (status, answer)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first = pool.submit(busy.check, "ada", slow, ASG)
+        deadline = time.monotonic() + 120
+        while not list((busy.state / "scratch").iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        dee = [RawCheck(busy.port, path, token["dee"], b"x" * 300_000) for _ in range(3)]
+        refused(dee[2], "you have 2 checks waiting")
+        refused(RawCheck(busy.port, path, token["eve"], b"x" * 400_000), "as many bytes as the service takes")
+        fay = [RawCheck(busy.port, path, token["fay"], b"[]") for _ in range(2)]
+        refused(fay[1], "the service has 4 checks waiting")
+        # ada's, dee's two and fay's first are open: 8 more connections are taken, the rest refused on arrival.
+        time.sleep(0.5)
+        bare = []
+        for _ in range(12):
+            bare.append(socket.create_connection(("127.0.0.1", busy.port)))
+            time.sleep(0.1)
+        answered = [s for s in bare if select.select([s], [], [], 2)[0]]
+        assert len(answered) == 4, len(answered)
+        for s in answered:
+            reply = s.recv(4096).decode()
+            assert reply.startswith("HTTP/1.1 503") and "Retry-After: 5" in reply and "connections" in reply, reply
+        for s in bare:
+            s.close()
+        assert not any(c.answered() for c in [dee[0], dee[1], fay[0]])
+        for c in [dee[0], dee[1], fay[0]]:
+            c.send_body()
+        assert [c.answer()[0] for c in [dee[0], dee[1], fay[0]]] == [400, 400, 400]
+        assert first.result()[0] == 200
+    for name in ["dee", "eve", "fay", "gus"]:
+        assert busy.post(path, b"[]", token[name])[0] == 400

@@ -2,7 +2,9 @@
 in a scratch copy of a grading folder made once per assignment, so that a check never touches the class's
 gradebook or another learner's files; the answer holds the learner's scores and the graded cells' verdicts. The
 commands run in warm graders (autograder.service.warm), which keep the next check's kernel and suite process ready
-as a batch does between learners."""
+as a batch does between learners. The answer is read from the verdict record the grading keeps in the autograded
+notebook (autograder.verdict.record), never from its text or a log; whose fault a failed check is, from what the
+service itself saw: which deadline passed, whose process ended."""
 from __future__ import annotations
 
 import json
@@ -14,9 +16,10 @@ from pathlib import Path
 import nbformat
 
 from autograder import config
-from autograder.classroom import classgrade, grade
-from autograder.notebooks import is_graded_test, nbgrader_meta
-from autograder.service.warm import MORE_FOLLOW, Grader
+from autograder.classroom import grade
+from autograder.notebooks import graded_cells
+from autograder.service.warm import MORE_FOLLOW, Grader, Stopped
+from autograder.verdict.record import Grading, record
 
 
 class NotANotebook(ValueError):
@@ -24,7 +27,8 @@ class NotANotebook(ValueError):
 
 
 class Refused(RuntimeError):
-    """The grading could not be done: `grader` says whose fault it is (it crosses a Dask worker's pickling)."""
+    """The grading could not be done: `grader` says whose fault it is, the grader's (not counted against the learner)
+    or the learner's notebook's (counted); it crosses a Dask worker's pickling."""
 
     def __init__(self, message: str, grader: bool):
         super().__init__(message, grader)
@@ -35,6 +39,8 @@ class Refused(RuntimeError):
 
 
 RECYCLE = 200                 # commands a warm grader runs before it is replaced (its memory grows ~0.3 MiB a check)
+GRADER_FAILED = ("the check failed on the grader's side, not because of your notebook; it was not counted: try again "
+                 "later")
 _ON_WORKER: dict[str, Checker] = {}
 
 
@@ -64,15 +70,25 @@ class Checker:
         self.lock = threading.Lock()
         self.idle = [Grader(ready=assignments[0] if assignments else None) for _ in range(graders)]
 
-    def nbgrader(self, grading_dir: Path, argv: list[str]) -> tuple[int, str]:
-        """An nbgrader command on a warm grader (the one used last: the warmest); its exit code and log. A grader
-        that has run RECYCLE commands is replaced (in the background), which bounds what a long-lived process holds."""
+    def nbgrader(self, grading_dir: Path, argv: list[str]) -> int:
+        """An nbgrader command on a warm grader (the one used last: the warmest); its exit code. A grader that has run
+        RECYCLE commands is replaced (in the background), which bounds what a long-lived process holds. A command
+        still running at the learner's deadline (`learner_timeout`: their budget and the grader's grace past it) is
+        stopped and charged to the learner's notebook, which made it run so long; a grader that died is the
+        grader's fault."""
         with self.lock:
             grader = self.idle.pop() if self.idle else None
         if grader is None or not grader.alive():
             grader = Grader()
         try:
-            got = grader.run(str(grading_dir), argv, self.timeout)
+            code, _ = grader.run(str(grading_dir), argv, self.timeout)
+        except Stopped as e:
+            if e.overran:
+                raise Refused(f"your notebook's check did not finish within {self.timeout:g} s, the time one check "
+                              "may take, and was stopped; it was counted (code that takes the grader this long to "
+                              "run or to read, such as a very long chain of names, is the usual cause)",
+                              grader=False) from None
+            raise Refused(GRADER_FAILED, grader=True) from None
         finally:
             if grader.alive() and grader.runs >= RECYCLE:
                 threading.Thread(target=grader.close, daemon=True).start()
@@ -80,10 +96,7 @@ class Checker:
             if grader.alive():
                 with self.lock:
                     self.idle.append(grader)
-        if got is None:
-            raise Refused("the check failed on the grader's side (its grading process stopped or overran), not "
-                          "because of your notebook; it was not counted: try again later", grader=True)
-        return got
+        return code
 
     def check(self, assignment: str, learner: str, body: bytes, html: bool = False) -> dict:
         try:
@@ -96,21 +109,14 @@ class Checker:
             d = Path(tmp) / "grading"
             shutil.copytree(self.templates / assignment, d)
             grade.submit(d, learner, assignment, body)
-            code, log = self.nbgrader(d, grade.autograde_args(assignment, learner, (MORE_FOLLOW,)))
-            rows = grade.scores(d, [assignment], url=grade.db_url(d)) if code == 0 else []
-            if not rows:
-                grader = classgrade.failure_kind(log, stopped=False) == classgrade.GRADER
-                raise Refused("the check failed on the grader's side, not because of your notebook; it was not "
-                              "counted: try again later" if grader else
-                              "your notebook could not be graded: nbgrader found nothing to grade in it", grader)
-            answer = verdicts(d / "autograded" / learner / assignment / f"{assignment}.ipynb")
-            scored = {x.cell: x for x in rows}
-            for c in answer["cells"]:
-                c.update(score=scored[c["cell"]].score, points=scored[c["cell"]].points)
-            answer.update(assignment=assignment, total=round(sum(x.score or 0 for x in rows), 2),
-                          points=sum(x.points for x in rows))
+            code = self.nbgrader(d, grade.autograde_args(assignment, learner, (MORE_FOLLOW,)))
+            graded = d / "autograded" / learner / assignment / f"{assignment}.ipynb"
+            if code != 0 or not graded.exists():      # nbgrader stops on a grader fault, and writes no record
+                raise Refused(GRADER_FAILED, grader=True)
+            answer = answer_of(nbformat.read(str(graded), as_version=4))
+            answer["assignment"] = assignment
             if html:
-                code, _ = self.nbgrader(d, grade.feedback_args(assignment))
+                code = self.nbgrader(d, grade.feedback_args(assignment))
                 page = d / "feedback" / learner / assignment / f"{assignment}.html"
                 answer["feedback_html"] = page.read_text() if code == 0 and page.exists() else None
             return answer
@@ -122,13 +128,17 @@ class Checker:
             grader.close()
 
 
-def verdicts(path: Path) -> dict:
-    """What the autograded notebook says to the learner: each graded cell's verdict (its output) and the notes."""
-    nb = nbformat.read(str(path), as_version=4)
-    cells = []
-    for cell in nb.cells:
-        if is_graded_test(cell):
-            text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
-            cells.append({"cell": nbgrader_meta(cell)["grade_id"], "text": text.rstrip("\n")})
-    notes = [c.source for c in nb.cells if c.cell_type == "markdown" and c.source.startswith("**Grader note:**")]
-    return {"cells": cells, "notes": notes}
+def answer_of(nb) -> dict:
+    """A check's answer from the record of the autograded notebook `nb` (autograder.verdict.record): the scores, each
+    graded cell's verdict as its output says it (in the notebook's order), and the notes (what the grader repaired
+    in the submission, what it could not do), as plain text. A record that names a fault, or lacks a graded cell's
+    verdict, is the grader's failure."""
+    rec = record(nb)
+    grading = Grading.from_dict(rec)
+    order = list(graded_cells(nb))
+    if grading.fault or not order or set(order) - set(grading.verdicts):
+        raise Refused(GRADER_FAILED, grader=True)
+    verdicts = [grading.verdicts[gid] for gid in order]
+    return {"cells": [{"cell": v.grade_id, "text": v.text(), "score": v.score, "points": v.points} for v in verdicts],
+            "notes": [str(n) for n in (*rec.get("problems", []), *grading.notes)],
+            "total": round(sum(v.score for v in verdicts), 2), "points": sum(v.points for v in verdicts)}

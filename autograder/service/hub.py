@@ -37,6 +37,10 @@ def login_page(page: type) -> type:
             super().initialize(service)
             self.hub_auth = service.hub
 
+        def check_xsrf_cookie(self):
+            if self.body_read:               # the form's `_xsrf` is in its body, read after its headers
+                HubOAuthenticated.check_xsrf_cookie(self)
+
         @tornado.web.authenticated
         def get(self):
             return super().get()

@@ -8,7 +8,7 @@ own `nbgrader autograde` of one submission in its own grading folder, with a fre
 
 One JSON line per request on stdin ({"dir": a grading folder, "argv": nbgrader's arguments}), one per reply on the
 stdout it was started with ({"exit": code, "log": what nbgrader logged}); anything else printed goes to stderr.
-{"ready": assignment} has no reply: the first check's kernel and suite process are made ready for it.
+{"ready": assignment} makes the first check's kernel and suite process ready for it; its reply is {"ready": ok}.
 """
 from __future__ import annotations
 
@@ -69,16 +69,33 @@ def main():
             from autograder import config
             from autograder.pipeline.run import make_ready
 
-            make_ready(req["ready"], config.course())
-            continue
-        code, log = run(req["dir"], req["argv"])
-        replies.write(json.dumps({"exit": code, "log": log[-200_000:]}) + "\n")
+            try:
+                make_ready(req["ready"], config.course())
+                reply = {"ready": True}
+            except Exception:  # noqa: BLE001 - the first check then starts its own, as nbgrader does
+                traceback.print_exc()
+                reply = {"ready": False}
+        else:
+            code, log = run(req["dir"], req["argv"])
+            reply = {"exit": code, "log": log[-200_000:]}
+        replies.write(json.dumps(reply) + "\n")
         replies.flush()
+
+
+class Stopped(Exception):
+    """A grader process gave no answer: it was still at work at the deadline and was ended (`overran`), or it ended
+    on its own (it died)."""
+
+    def __init__(self, overran: bool):
+        super().__init__("it ran past its deadline and was stopped" if overran else "it died")
+        self.overran = overran
 
 
 class Grader:
     """The service's side of one warm grader process: started at once (its first check made ready for `ready`, an
-    assignment), asked one command at a time, replaced when it died or overran (the caller reports a grader fault)."""
+    assignment), asked one command at a time, ended when it overran, replaced when it died or overran."""
+
+    READY_TIMEOUT = 300.0        # seconds to make the first check ready: the grader's own work, not a learner's
 
     def __init__(self, ready: str | None = None):
         from autograder.authoring.release import tools_path
@@ -89,6 +106,7 @@ class Grader:
                                      env={**env, "PATH": tools_path()}, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
         self.runs = 0
+        self.readying = bool(ready)
         if ready:
             self.send({"ready": ready})
 
@@ -97,41 +115,76 @@ class Grader:
         self.proc.stdin.write(json.dumps(req) + "\n")
         self.proc.stdin.flush()
 
-    def run(self, grading_dir: str, argv: list[str], timeout: float) -> tuple[int, str] | None:
-        """nbgrader's exit code and log, or None when the process died or did not answer within `timeout` (it is
-        then ended, and `alive()` says so)."""
-        assert self.proc.stdout is not None
-        self.runs += 1
+    def run(self, grading_dir: str, argv: list[str], timeout: float) -> tuple[int, str]:
+        """nbgrader's exit code and log; Stopped when the process died, or did not answer within `timeout` seconds of
+        this command (the time before it, while it made the first check ready, is not counted, and an overrun there
+        is the grader's): it is then ended, and `alive()` says so."""
         try:
+            if self.readying:
+                self.readying = False
+                try:
+                    self._reply(self.READY_TIMEOUT)
+                except Stopped:
+                    raise Stopped(overran=False) from None
+            self.runs += 1
             self.send({"dir": grading_dir, "argv": argv})
-            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-            line = self.proc.stdout.readline() if ready else ""
-            reply = json.loads(line) if line else None
-        except (OSError, ValueError):
-            reply = None
-        if reply is None:
+            reply = self._reply(timeout)
+            if "exit" not in reply:
+                raise Stopped(overran=False)
+        except Stopped:
             self.close(kill=True)
-            return None
+            raise
+        except OSError:
+            self.close(kill=True)
+            raise Stopped(overran=False) from None
         return reply["exit"], reply["log"]
+
+    def _reply(self, timeout: float) -> dict:
+        """The next reply; Stopped when none came within `timeout` (it overran) or the process ended."""
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise Stopped(overran=True)
+        line = self.proc.stdout.readline()
+        try:
+            reply = json.loads(line) if line else None
+        except ValueError:
+            reply = None
+        if not isinstance(reply, dict):
+            raise Stopped(overran=False)
+        return reply
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def close(self, kill: bool = False):
-        """End the process: asked (it ends its kernels and suite process on the way out), or killed with all it
-        started (an overrun)."""
+        """End the process: asked (it ends its kernels and suite process on the way out), or killed with every process
+        it started, and what their sandboxes left on the host removed (an overrun)."""
         assert self.proc.stdin is not None
-        if self.alive():
-            if kill:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
+        if kill:
+            import psutil
+
+            from autograder.sandbox.box import sweep
+
             try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                tree = [psutil.Process(self.proc.pid), *psutil.Process(self.proc.pid).children(recursive=True)]
+            except psutil.Error:
+                tree = []
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)          # its group, and the rest of its tree
+            for p in tree:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            psutil.wait_procs(tree, timeout=10)
+            for p in tree:
+                sweep(p.pid)
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 if __name__ == "__main__":
