@@ -67,10 +67,21 @@ Oracle: the plain computation in float64."""
 import pytest
 import torch
 
-from .checks import close, leaves_inputs, randn, tensor
+from .checks import close, leaves_inputs, randn, seeded, tensor
+from .contract import Call, Draw, Part, check_drawn
 
 A = "{name}"
 SCALE = pytest.mark.cell("{part}_tests")
+LIBRARY = None                   # the library versions this exercise bans (a pattern; None: the course's)
+
+
+# -- the contract: inputs drawn over everything the notebook allows (autograder.verdict.suites.contract) ---------
+def draw_{part}(d: Draw) -> Call:
+    return Call("{part}", (d.randn(*d.lead(3), d.size(1, 64), dtype=d.dtype()), d.uniform(-3.0, 3.0)))
+
+
+CONTRACT = {{"{part}": Part(draw_{part}, lambda c: c.args[0].double() * c.args[1],
+                           lambda c: c.args[0] * c.args[1])}}
 
 
 @SCALE
@@ -84,28 +95,36 @@ def test_{part}_shape(learner):
 def test_{part}_values(learner):
     """every entry times the factor"""
     x = randn(4, 7, seed=2)
-    close(learner.fn("{part}")(x, -0.75), x.double() * -0.75, "{part}(x, -0.75)", "multiply every entry by factor",
-          dtype=torch.float32)
+    close(learner.fn("{part}")(x, -0.75), x.double() * -0.75, "{part}(x, -0.75)", dtype=torch.float32)
 
 
 @SCALE
 def test_{part}_leaves_inputs(learner):
     """does not modify x"""
     x = randn(2, 3, seed=3)
-    leaves_inputs(learner.twice("{part}", x, 2.0), [x, 2.0], "{part}")
+    leaves_inputs(learner.twice("{part}", x, 2.0), [x, 2.0], "{part}", names=["x"])
+
+
+@SCALE
+def test_{part}_on_drawn_inputs(learner, reference):
+    """on inputs drawn for this grading: any shapes, float32 and float64, any factor"""
+    check_drawn(learner, vars(reference(A)), "{part}", CONTRACT["{part}"], seeded(9000).initial_seed(), 8)
 '''
 
 VARIANTS = '''"""Known answers to the {name} exercise (see autograder/authoring/variants.py)."""
 from autograder.authoring.variants import Bug, Correct
+
+IN_PLACE = "{part} writes its result into x: compute on a copy or out of place"
+ADDED = "the factor is added to every entry; each entry is multiplied by it"
 
 VARIANTS = [
     Correct("torch_mul", {{"{part}": "def {part}(x, factor):\\n    return torch.mul(x, factor)\\n"}}, "torch.mul"),
     Correct("clone_then_scale", {{"{part}": "def {part}(x, factor):\\n    return x.clone().mul_(factor)\\n"}},
             "a copy scaled in place"),
     Bug("{part}_in_place", {{"{part}": "def {part}(x, factor):\\n    return x.mul_(factor)\\n"}},
-        {{"{part}_tests": "modifies its input"}}, "the caller's tensor scaled in place"),
+        {{"{part}_tests": IN_PLACE}}, "the caller's tensor scaled in place", cause=IN_PLACE),
     Bug("{part}_added", {{"{part}": "def {part}(x, factor):\\n    return x + factor\\n"}},
-        {{"{part}_tests": "multiply every entry by factor"}}, "the factor added, not multiplied"),
+        {{"{part}_tests": ADDED}}, "the factor added, not multiplied", cause=ADDED),
 ]
 # The known mistakes each visible check catches: variant -> (visible-check cell, text of the check's message).
 VISIBLE = {{
