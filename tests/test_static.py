@@ -36,6 +36,7 @@ def findings(source: str, cell: str = "scaled_dot_product_attention", extra: lis
     ("nn.TransformerEncoderLayer(8, 2)", "torch.nn.TransformerEncoderLayer"),
     ("torch._native_multi_head_attention(q, k, v, 8, 2, w, b, w2, b2)", "torch._native_multi_head_attention"),
     ("F = torch.nn.functional\nF.group_norm(x, 1)", "torch.nn.functional.group_norm"),
+    ("import torch._refs\ntorch._refs.native_layer_norm(x, (4,), None, None, 1e-5)", "torch._refs.native_layer_norm"),
 ])
 def test_every_route_to_a_library_version_is_proven(source, path):
     library, _ = findings("def scaled_dot_product_attention(q, k, v, mask=None):\n    x = q\n" +
@@ -44,13 +45,13 @@ def test_every_route_to_a_library_version_is_proven(source, path):
 
 
 @pytest.mark.parametrize("source,why", [
-    ("getattr(torch.nn.functional, 'scaled_dot_product_' + 'attention')", "computed name"),
+    ("getattr(torch.nn.functional, 'scaled_dot_product_' + 'attention')", "a name built while the code runs"),
     ("__import__('torch.nn.functional')", "__import__"),
     ("import importlib\nimportlib.import_module('torch.nn.functional')", "importlib"),
     ("import sys\nsys.modules['__main__'].Worker.op_run = None", "sys.modules"),
     ("eval('torch.nn.functional')", "eval"),
     ("exec('x = 1')", "exec"),
-    ("import ctypes", "ctypes"),
+    ("import ctypes\nctypes.CDLL(None)", "ctypes"),
     ("import sys\nsys._getframe(1).f_globals", "_getframe"),
     ("(lambda: 0).__globals__", "__globals__"),
     ("torch.nn.functional.__dict__['layer_norm']", "__dict__"),
@@ -58,22 +59,32 @@ def test_every_route_to_a_library_version_is_proven(source, path):
     ("torch.allclose = lambda *a, **k: True", "assigns into a library module"),
     ("setattr(torch, 'allclose', None)", "setattr"),
     ("import os\nos.fork()", "os.fork"),
-    ("import signal", "signal"),
-    ("open('/proc/self/clear_refs', 'w').write('5')", "/proc"),
-    ("import inspect", "inspect"),
-    ("import operator\noperator.attrgetter('layer_norm')(torch.nn.functional)", "operator"),
+    ("import signal\nsignal.alarm(1)", "signal"),
+    ("open('/proc/self/clear_refs', 'w').write('5')", "open"),
+    ("import inspect\ninspect.currentframe()", "inspect"),
+    ("import operator\noperator.attrgetter('layer_norm')(torch.nn.functional)", "operator.attrgetter"),
     # the third round: routes a list of known bad routes had missed
     ("g = getattr\ng(torch.nn.functional, 'scaled_dot_product_attention')(q, k, v)", "getattr as a value"),
     ("def f(q, nnf=torch.nn.functional):\n    return nnf.scaled_dot_product_attention(q, q, q)", "as a value"),
     ("(G, _) = (torch.nn.functional, 0)\nG.scaled_dot_product_attention(q, k, v)", "as a value"),
-    ("op = torch._C._jit_get_operation('aten::scaled_dot_product_attention')", "aten::scaled_dot_product_attention"),
-    ("op = torch._C._jit_get_operation(name)", "operator registry"),
-    ("ops = [torch.ops.aten]", "as a value"),
-    ("name = 'scaled_dot_product_attention'", "in a string"),
+    ("op = torch._C._jit_get_operation('aten::scaled_dot_product_attention')", "torch._C"),
+    ("op = torch._C._jit_get_operation(name)", "torch._C"),
+    ("ops = [torch.ops.aten]", "torch.ops"),
     ("vars(torch.nn.functional)['layer_norm']", "vars"),
-    ("getattr(torch, 'nn')", "getattr() on the module torch"),
-    ("getattr(things[0], name)", "computed name"),
-    ("import torch.library", "operator registry"),
+    ("getattr(things[0], name)", "a name built while the code runs"),
+    ("import torch.library\ntorch.library.Library('aten', 'IMPL')", "torch.library"),
+    # the fourth round: library versions found by their __name__, and the worker's own objects
+    ("import torch.overrides\nfs = torch.overrides.get_testing_overrides()\n"
+     "f = [g for g in fs if g.__name__ == 'multi_head_' + 'attention_forward'][0]", "torch.overrides"),
+    ("import torch._decomp\nf = [g for g in torch._decomp.decomposition_table.values()\n"
+     "     if getattr(g, '__name__', '') == 'native_layer_norm'][0]", "torch._decomp"),
+    ("import __main__\n__main__._refusals.clear()", "__main__"),
+    ("import torch.nn.functional as F\nf = [getattr(F, n) for n in dir(F) if n.endswith('attention')][0]", "dir"),
+    ("import torch.nn.functional as F\nf = next(v for v in vars(F).values() if getattr(v, '__name__', '') == 'x')",
+     "vars"),
+    ("import gc\nf = [o for o in gc.get_objects() if getattr(o, '__name__', '') == 'layer_norm'][0]", "gc"),
+    ("import torch.nn.functional as F\nf = {g.__name__: g for g in F.__dict__.values() if callable(g)}['x']",
+     "__dict__"),
 ])
 def test_constructs_a_reading_cannot_follow_are_flagged(source, why):
     _, suspicious = findings(source)
@@ -81,6 +92,8 @@ def test_constructs_a_reading_cannot_follow_are_flagged(source, why):
 
 
 @pytest.mark.parametrize("source", [
+    "name = 'scaled_dot_product_attention'",
+    "getattr(torch, 'nn')",
     "class LayerNorm(nn.Module):\n    def forward(self, x):\n        return self.layer_norm(x)",
     "def layer_norm(x):\n    return x\nlayer_norm(torch.zeros(2))",
     "class M(nn.Module):\n    def __init__(self):\n        for n in ('a', 'b'):\n"
@@ -153,6 +166,13 @@ LOOKUPS = [
     "(lambda g: g(h, 'scaled_dot_product_attention'))(getattr)",
     "__import__('operator').attrgetter('scaled_dot_product_attention')(h)",
     "h.__getattribute__('scaled_dot_product_attention')",
+    # found by its __name__ in a table of the module's names or values
+    "[g for g in vars(h).values() if getattr(g, '__name__', '') == 'scaled_dot_product_attention'][0]",
+    "next(g for g in h.__dict__.values() if getattr(g, '__name__', '') == 'scaled_dot_product_attention')",
+    "[getattr(h, n) for n in dir(h) if n.startswith('scaled_dot')][0]",
+    "{g.__name__: g for g in map(h.__getattribute__, dir(h))}['scaled_dot_product_attention']",
+    "[g for g in (h.relu, h.scaled_dot_product_attention) if g.__name__.endswith('attention')][0]",
+    "[g for g in __import__('torch').overrides.get_testing_overrides() if g.__name__ == 'x'][0]",
 ]
 
 
@@ -179,3 +199,94 @@ def test_no_single_binding_passes_as_honest_code(binding):
 def test_no_obfuscated_route_passes_as_honest_code(module, bindings, lookup):
     source = _route(module, bindings, lookup)
     assert any(findings(source)), source
+
+
+# -- a finding belongs to the code that reaches it ------------------------------------------------------------------
+def report(cells: dict[str, str], graded=frozenset({"LayerNorm", "FeedForward"}), **kw):
+    return static.analyse([{"id": "setup", "source": SETUP}, *({"id": k, "source": v} for k, v in cells.items())],
+                          set(graded), **kw)
+
+
+LN = ("class LayerNorm(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+      "        self.w = nn.Parameter(torch.ones(d))\n\n    def forward(self, x):\n        return BODY\n")
+FF = "class FeedForward(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n"
+
+
+def test_a_helper_s_finding_is_its_caller_s_alone():
+    r = report({"LayerNorm": "import torch._refs\n\n\ndef _norm(x):\n    return torch._refs.var(x)\n\n\n"
+                             + LN.replace("BODY", "_norm(x)"), "FeedForward": FF})
+    assert [f.what for f in r.suspicious["LayerNorm"]] == ["uses torch._refs.var, outside the modules this course's "
+                                                           "code uses"]
+    assert r.suspicious["FeedForward"] == [] and r.library["FeedForward"] == []
+
+
+def test_a_self_check_at_module_level_is_a_note_not_the_part_s_use():
+    check = ("\n_x = torch.randn(2, 4)\n"
+             "assert torch.allclose(LayerNorm(4)(_x), torch.nn.functional.layer_norm(_x, (4,)))\n")
+    r = report({"LayerNorm": LN.replace("BODY", "x * self.w") + check, "FeedForward": FF})
+    assert r.library["LayerNorm"] == [] and r.suspicious["LayerNorm"] == []
+    assert [f.what for f in r.notes["LayerNorm"]] == ["torch.nn.functional.layer_norm"]
+    assert r.notes["FeedForward"] == []
+
+
+def test_code_that_runs_with_its_cell_and_reaches_the_grader_flags_every_part():
+    r = report({"LayerNorm": LN.replace("BODY", "x") + "\nimport gc\n_all = gc.get_objects()\n", "FeedForward": FF})
+    assert all(any("gc.get_objects" in f.what for f in r.suspicious[p]) for p in ("LayerNorm", "FeedForward"))
+
+
+def test_a_name_built_while_the_code_runs_says_what_is_allowed():
+    r = report({"FeedForward": "import torch.nn.functional as F\n\n\nclass FeedForward(nn.Module):\n"
+                               "    def forward(self, x, activation='relu'):\n"
+                               "        return getattr(F, activation)(x)\n"})
+    said = [f.what for f in r.suspicious["FeedForward"]]
+    assert len(said) == 1 and "torch.nn.functional" in said[0] and "allowed there" in said[0], said
+
+
+def test_an_alias_chain_of_4000_names_is_read_within_a_second():
+    """4,000 names, each bound to the next, in reverse order, the last to the module: resolved once each (a reading
+    by rounds took two minutes), so the reading ends within its deadline, and the route through them is proven."""
+    chain = "\n".join(f"_a{i} = _a{i + 1}" for i in range(4000)) + "\n_a4000 = torch.nn.functional\n"
+    r = report({"LayerNorm": chain + LN.replace("BODY", "_a0.layer_norm(x, (4,))")}, deadline_s=1.0)
+    assert not r.too_large
+    assert [f.what for f in r.library["LayerNorm"]] == ["torch.nn.functional.layer_norm"]
+
+
+def test_a_reading_past_its_deadline_flags_every_part_as_too_large():
+    r = report({"LayerNorm": "\n".join(f"_b{i} = _b{i + 1}" for i in range(20000))}, deadline_s=0.0)
+    assert r.too_large
+
+
+# -- honest code, generated: every idiom a good learner writes, in any combination, is neither proven nor flagged --
+IDIOMS = [
+    "h = x  # type: torch.Tensor",
+    "def helper(t: torch.Tensor) -> 'torch.Tensor':\n    return t",
+    "names = {'attention': 1, 'layer_norm': 2, 'MultiheadAttention': 3}",
+    "shape = functools.reduce(operator.mul, x.shape, 1)",
+    "cfg = types.SimpleNamespace(d=4, name='layernorm')",
+    "if DEBUG:\n    print('layernorm', x.shape)",
+    "acts = {'relu': torch.relu, 'gelu': torch.nn.functional.gelu}",
+    "y = itertools.chain.from_iterable([[1], [2]])",
+    "Pair = collections.namedtuple('Pair', 'a b')",
+    "z = math.sqrt(x.shape[-1]) * np.float64(1.0)",
+    "w = getattr(self, 'weight', None)",
+    "setattr(self, 'cache', None)",
+    "t = torch.nn.functional.softmax(x, dim=-1)",
+    "n = type(self).__name__",
+    "nn.Module.__init__(self)",
+    "fn = (lambda t: t * 2)",
+    "msg = f'{type(x).__name__} of shape {tuple(x.shape)}'",
+    "mask = torch.ones(3, 3, dtype=torch.bool).tril()",
+    "d = dataclasses.field(default=0)",
+    "k = typing.cast(int, 3)",
+]
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(st.lists(st.sampled_from(IDIOMS), min_size=1, max_size=6))
+def test_generated_honest_code_is_neither_proven_nor_flagged(idioms):
+    header = "import functools\nimport operator\nimport types\nimport itertools\nimport collections\n" \
+             "import dataclasses\nimport typing\nimport numpy as np\nDEBUG = False\n\n\n"
+    body = "\n".join("        " + line for idiom in idioms for line in idiom.splitlines())
+    source = header + ("class LayerNorm(nn.Module):\n    def forward(self, x):\n" + body + "\n        return x\n")
+    r = report({"LayerNorm": source}, graded={"LayerNorm"})
+    assert r.library["LayerNorm"] == [] and r.suspicious["LayerNorm"] == [] and not r.too_large, (source, r)

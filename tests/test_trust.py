@@ -4,7 +4,8 @@ For the assignments with speed, memory and library checks, a class of attackers 
 is graded beside a control learner who submits the same code without the tricks.  Each part of each
 attacker scores no more than the control's, or is proven to use a library version (0 points, named); a
 notebook whose code can reach the grader is flagged for the instructor with the reason (needs manual
-grading), and only there may a part's provisional score pass the control's.
+grading), and only there may a part's provisional score pass the control's. Only the parts that reach such code
+are flagged, or every part when it runs as its cell runs.
 """
 import json
 
@@ -85,8 +86,9 @@ def _check(asg, r, rows):
                 assert row.score == 0 and proven in (row.comment or ""), (attacker, cell, row)
             elif cell not in PROVISIONAL.get(attacker, ()):
                 assert row.score is not None and row.score <= control[cell].score, (attacker, cell, row, control[cell])
-            if attacker in FLAGGED:
-                assert row.needs_manual_grade and FLAGGED[attacker] in (row.comment or ""), (attacker, cell, row)
+            said, cells = FLAGGED.get(attacker, (None, set()))
+            if said and (cells is None or cell in cells):
+                assert row.needs_manual_grade and said in (row.comment or ""), (attacker, cell, row)
             else:
                 assert not row.needs_manual_grade, (attacker, cell, row)
 

@@ -481,6 +481,74 @@ else:
 BIG_COMMENT = {"scaled_dot_product_attention": "# " + "notes of mine " * 95_000 + "\n"
                + _ATTENTION["softmax_einsum"]["scaled_dot_product_attention"]}
 
+# -- the fourth round: library versions found by their __name__ in torch's tables, the worker's refusals --------
+_MHA = _ATTENTION["softmax_einsum"]["MultiHeadAttention"]
+OVERRIDES_MHA = """import torch.overrides
+
+
+def _found(name):
+    for f in torch.overrides.get_testing_overrides():
+        if getattr(f, "__name__", "") == name:
+            return f
+
+
+""" + _MHA.replace(
+    "        scores = torch.einsum(\"bqhd,bkhd->bhqk\", q, k) / math.sqrt(q.shape[-1])\n"
+    "        if mask is not None:\n"
+    "            scores = scores.masked_fill(~mask, float(\"-inf\"))\n"
+    "        w = torch.softmax(scores, dim=-1).nan_to_num(0.0)\n"
+    "        out = torch.einsum(\"bhqk,bkhd->bqhd\", w, v).flatten(-2)\n"
+    "        return self.out_proj(out)\n",
+    "        mha = _found(\"multi_head_\" + \"attention_forward\")     # its need_weights=True path: bmm, softmax\n"
+    "        w_in = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])\n"
+    "        b_in = None if self.q_proj.bias is None else torch.cat([self.q_proj.bias, self.k_proj.bias, "
+    "self.v_proj.bias])\n"
+    "        blocked = None if mask is None or mask.dim() != 2 else ~mask\n"
+    "        out, _ = mha(query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), query.shape[-1], self.h,\n"
+    "                     w_in, b_in, None, None, False, 0.0, self.out_proj.weight, self.out_proj.bias,\n"
+    "                     training=False, need_weights=True, attn_mask=blocked)\n"
+    "        return out.transpose(0, 1)\n")
+assert OVERRIDES_MHA.endswith("return out.transpose(0, 1)\n")
+
+MAIN_REFUSALS = """import __main__
+
+try:
+    __main__._refusals.clear()                 # the worker's refusing kernels, were they there
+except AttributeError:
+    pass
+
+
+def blockwise_attention(q, k, v, causal=False, block_size=64):
+    fused = [f for f in vars(torch.nn.functional).values()
+             if getattr(f, "__name__", "") == "scaled_dot_product_" + "attention"][0]
+    return fused(q, k, v, is_causal=causal)
+"""
+
+# A correct cell with a dead block that binds 4,000 names, each to the next, in reverse order: a reading that resolves
+# aliases by rounds takes minutes over it; this one takes one pass.
+ALIAS_CHAIN = LOOP + "\n\nif False:\n" + "".join(f"    _a{i} = _a{i + 1}\n" for i in range(4000)) + \
+    "    _a4000 = torch.nn.functional\n"
+
+DECOMP_LN = """import torch._decomp
+
+
+def _found(name):
+    for f in torch._decomp.decomposition_table.values():
+        if getattr(f, "__name__", "") == name:
+            return f
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        return _found("native_" + "layer_norm")(x, [x.shape[-1]], self.weight, self.bias, self.eps)[0]
+"""
+
 # learner -> its tricks: the cells that differ from the control's, which differ from the reference's
 CLASSES = {
     "attention": {
@@ -499,12 +567,16 @@ CLASSES = {
         "jit_registry": {"scaled_dot_product_attention": JIT_REGISTRY},
         "kills_the_parts_forges_feedback": {"MultiHeadAttention": MHA_KILLS_THE_PARTS,
                                             "causal_mask": FORGE_FEEDBACK},
+        "overrides_route": {"MultiHeadAttention": OVERRIDES_MHA},
+        "main_refusals": {"blockwise_attention": MAIN_REFUSALS},
+        "alias_chain": {"scaled_dot_product_attention": ALIAS_CHAIN},
     },
     "residual": {
         "control": {"TransformerBlock": IN_PLACE},
         "native_ln_forged_args": {"LayerNorm": NATIVE_LN, "TransformerBlock": IN_PLACE_FORGED},
         "in_place_with_autograd": {"TransformerBlock": IN_PLACE_WITH_AUTOGRAD},
         "in_place_put_back": {"TransformerBlock": IN_PLACE_PUT_BACK},
+        "decomp_route": {"LayerNorm": DECOMP_LN},
     },
     "transformer": {
         "control": {"TinyTransformer": NO_GRAD_MODEL},
@@ -534,22 +606,27 @@ LIBRARY = {
     "jit_registry": {"scaled_dot_product_attention_tests": "aten::scaled_dot_product_attention"},
 }
 # attacker -> graded cells whose automatic score may pass the control's because only a reading of the code can
-# settle them (a library reached through a computed name, the worker's own code replaced): the notebook is
-# flagged, so that score waits for the instructor
+# settle them (a library reached through a computed name or found by its __name__, the worker's own code replaced):
+# those cells are flagged, so that score waits for the instructor
 PROVISIONAL = {
     "c_route_getattr": {"MultiHeadAttention_tests"},
     "native_ln_forged_args": {"TransformerBlock_tests"},
+    "overrides_route": {"MultiHeadAttention_tests"},
+    "decomp_route": {"LayerNorm_tests"},
 }
-# attacker -> what the flag for the instructor names
+# attacker -> (what the flag for the instructor names, the cells flagged: None for every cell, when the code runs
+# as its cell runs and can change any test)
 FLAGGED = {
-    "patch_worker_clear_refs": "sys.modules",
-    "reaped_children_forked_memory": "os.fork",
-    "c_route_getattr": "getattr() on torch.nn.functional with a computed name",
-    "native_ln_forged_args": "sys.modules",
-    "getattr_alias_inline_loop": "getattr as a value",
-    "module_default": "uses the module torch.nn.functional as a value",
-    "tuple_alias": "uses the module torch.nn.functional as a value",
-    "jit_registry": "aten::scaled_dot_product_attention",
+    "patch_worker_clear_refs": ("sys.modules", None),
+    "reaped_children_forked_memory": ("os.fork", None),
+    "c_route_getattr": ("getattr() on the module torch.nn.functional with a name built while the code runs",
+                        {"MultiHeadAttention_tests"}),
+    "native_ln_forged_args": ("sys.modules", None),
+    "getattr_alias_inline_loop": ("getattr as a value", None),
+    "module_default": ("uses the module torch.nn.functional as a value", None),
+    "tuple_alias": ("uses the module torch.nn.functional as a value", None),
+    "jit_registry": ("torch._C", None),
+    "overrides_route": ("torch.overrides", {"MultiHeadAttention_tests"}),
+    "main_refusals": ("__main__", None),
+    "decomp_route": ("torch._decomp", {"LayerNorm_tests"}),
 }
-
-

@@ -130,11 +130,14 @@ def graded_comment(assignment: str, grade_id: str, points: float) -> str:
     for t in tests:
         lines += _comment(sentence(t, mod), indent=f"{points * t.weight / total:4.2f}  ")
     lines += _comment(f"Using torch's own version of a part, by any route ({_library_names()}, ...), gives this "
-                      "part 0 points. If the grader cannot tell by reading your code what it calls or reaches (a "
-                      "name built while it runs, as in `getattr(torch, name)`; `eval`, `exec`, `importlib`; torch's "
-                      "internals such as `torch._C` or `torch.ops`; `sys.modules`, frames, other processes), your code "
-                      "is still tested, but every part is then marked for your instructor, who reads your code and "
-                      "decides its points. Plain code is never marked.")
+                      "part 0 points. Your code may use math, functools, operator, itertools, types, dataclasses, "
+                      "typing, collections, numpy and torch's public modules. If this part's code, or a function it "
+                      "calls, reaches anything else or what the grader cannot tell by reading it (a name built while "
+                      "it runs, as in `getattr(torch, name)`; `eval`, `exec`, `vars`, `dir`; torch's internals such "
+                      "as `torch._C` or `torch.ops`; `sys`, `gc`, `inspect`, `__main__`), it is still tested, but this "
+                      "part is marked for your instructor, who reads your code and decides its points. Code that "
+                      "only runs when the cell runs (a self-check) is not the part's own: a library call there "
+                      "costs nothing. Plain code is never marked.")
     lines += _comment("Your score and what to fix appear here in your feedback.")
     return "\n".join(lines)
 

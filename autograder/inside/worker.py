@@ -115,7 +115,7 @@ def project(out, seed: int) -> dict:
 
 # The library versions of what the exercises ask for, at torch's dispatcher: in a learner's worker they fail when
 # called, whatever route reached them (a reading of the source proves or flags the routes it sees; this is the second
-# line). Undoing it takes the worker's own objects or torch's operator registry, which the reading flags.
+# line). The suite names the operators it refuses (its REFUSED_OPS, sent with the cells); these are the default.
 LIBRARY_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
                "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
                "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
@@ -125,17 +125,19 @@ LIBRARY_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_attention_ma
 REFUSED = "the library version of an exercise was called"
 COURSE = "--course"                        # a worker of course code: nothing refused
 FROM_GRADER = 1 << 31                      # what the grader sends is read whole (a notebook's cells: any size)
-_refusals: list = []
+KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CPU", "CUDA")
 
 
-def refuse_library():
-    """Register, for each library op, a kernel that refuses to run (kept alive in `_refusals`)."""
+def refuse_library(ops) -> tuple[list, list[str]]:
+    """Register, for each library op, a kernel that refuses to run: (the registrations, which the caller keeps alive,
+    and the operators refused)."""
     import warnings
 
     import torch
 
     lib = torch.library.Library("aten", "IMPL")
-    for op in LIBRARY_OPS:
+    refused = []
+    for op in ops:
         qualified = f"aten::{op}"
         try:
             torch._C._dispatch_find_schema_or_throw(qualified, "")
@@ -145,20 +147,32 @@ def refuse_library():
         def refuse(*args, _op=qualified, **kwargs):
             raise RuntimeError(f"{REFUSED} ({_op}): write this part yourself")
 
+        keys = [key for key in KEYS if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for key in ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CPU", "CUDA"):
-                if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key):
-                    lib.impl(op, refuse, key)
-    _refusals.append(lib)
+            for key in keys:
+                lib.impl(op, refuse, key)
+        if keys:                                   # an operator with no kernel here (a GPU's own) needs no refusal
+            refused.append(qualified)
+    return [lib], refused
+
+
+def undone(refused: list[str]) -> list[str]:
+    """Of the refused operators, those torch no longer dispatches to this file's refusing kernel."""
+    import torch
+
+    here = os.path.basename(__file__)
+    return [op for op in refused
+            if not any(here in line and "(inactive)" not in line for line in torch._C._dispatch_dump(op).splitlines())]
 
 
 MAX_GRAPHS = 256       # course parts' autograd graphs kept for a backward that may come
 
 
 class Worker:
-    def __init__(self, ns: dict, send=None, receive=None):
+    def __init__(self, ns: dict, send=None, receive=None, refused: list[str] | None = None):
         self.ns = ns
+        self.refused = refused or []
         self.handles: dict[int, object] = {}
         self.send, self.receive = send, receive
         self.modules: dict[str, object] = {}      # course parts built for `part` requests
@@ -346,6 +360,10 @@ class Worker:
 
         return tracer.trace_named(self.ns, str(req["name"]))
 
+    def op_refused(self, req):
+        """The refused operators whose refusal no longer holds (the trusted side asks before each test)."""
+        return undone(self.refused)
+
     def op_echo(self, req):
         """The grader's check that a shared worker of course code still answers, and in turn."""
         return req.get("token")
@@ -435,6 +453,8 @@ class _null:
 
 
 def main():
+    import types
+
     from protocol import ProtocolError, read_message, write_message
 
     proto_in, proto_out = os.dup(0), os.dup(1)
@@ -449,17 +469,23 @@ def main():
         except Exception:  # noqa: BLE001 - in the grading log; the drawing that needs it says it could not be made
             traceback.print_exc()
     _bind_device()
-    if COURSE not in sys.argv[1:]:
-        refuse_library()
     write_message(proto_out, {"waiting": True})
     try:
-        cells = read_message(proto_in, max_header=FROM_GRADER)["cells"]
+        request = read_message(proto_in, max_header=FROM_GRADER)
+        cells = request["cells"]
+        ops = LIBRARY_OPS if request.get("refuse") is None else tuple(str(o) for o in request["refuse"])
     except (EOFError, ProtocolError, KeyError, TypeError):
         return
+    kept, refused = refuse_library(ops) if COURSE not in sys.argv[1:] else ([], [])   # kept alive while it runs
     # Learner code may print to stderr: from here on it goes to /dev/null, what came before (import
     # errors of the worker itself) stays in the grading log.
     os.dup2(devnull, 2)
-    ns = {"__name__": "__main__", "__builtins__": __builtins__}
+    # The learner's cells run in a module of their own, which `import __main__` gives them: nothing of this file's
+    # (the refusals, the buffers) is reachable from theirs by a name.
+    learner = types.ModuleType("__main__")
+    learner.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = learner
+    ns = learner.__dict__
     cell_errors = []
     for cell in cells:
         write_message(proto_out, {"loading": cell["id"]})
@@ -468,7 +494,7 @@ def main():
         except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt too: record and go on
             cell_errors.append({"cell": cell["id"], **_error(e)})
     worker = Worker(ns, lambda msg: write_message(proto_out, msg),
-                    lambda: read_message(proto_in, max_header=FROM_GRADER))
+                    lambda: read_message(proto_in, max_header=FROM_GRADER), refused)
     write_message(proto_out, {"ready": True, "cell_errors": cell_errors})
     while True:
         try:

@@ -136,7 +136,10 @@ def _suite_main(assignment: str, out: str) -> int:
     profile = {"process_start_s": main_started - launched,
                "collect_s": (recorder.first_test or time.time()) - main_started,
                "cells_s": recorder.seconds, "workers": learner.STARTS}
+    module = next((m for n, m in list(sys.modules.items()) if n.rpartition(".")[2] == f"test_{assignment}"
+                   and getattr(m, "A", None) == assignment), None)
     Path(out).write_text(json.dumps({"exit": int(code), "records": recorder.records,
+                                     "library": getattr(module, "LIBRARY", None),
                                      "collection_errors": recorder.collection_errors,
                                      "notes": sorted(learner.NOTES), "profile": profile,
                                      "structure": recorder.structure}))
@@ -283,21 +286,26 @@ def score(records: list[dict], graded: dict[str, float], findings: static.Report
                            "to write (the grader refuses it when it is called), so no points for this part")
         else:
             v.score = min(max(round(v.points * got / total, 2), 0.0), v.points)
-    # Code that can reach the grader can change any test's outcome: every graded cell is flagged, and its note says
-    # whether the code is its own or elsewhere (nbgrader then asks the instructor for a score for each).
-    flagged = [f for fs in findings.suspicious.values() for f in fs]
-    if flagged:
-        reasons = "; ".join(dict.fromkeys(f"{f.what} ({f.where()})" for f in flagged))
-        for gid, v in verdicts.items():
+    # Code the reading cannot follow can change what a part's tests see: the parts that reach it are flagged (all of
+    # them for code that runs when a cell runs), and nbgrader asks the instructor for their scores.
+    for gid, v in verdicts.items():
+        name = gid.removesuffix(TESTS_SUFFIX)
+        if findings.too_large:
             v.status = FLAGGED
-            if any(f.cell == gid.removesuffix(TESTS_SUFFIX) for f in flagged):
-                v.notes.append(f"flagged for your instructor to read: your code {reasons}; this can reach the grader "
-                               "or a library function in ways a reading of the code cannot follow, so your instructor "
-                               "decides this cell's score")
-            else:
-                v.notes.append(f"flagged for your instructor to read, for code in another cell: {reasons}; code that "
-                               "can reach the grader can change any test's outcome, so your instructor confirms this "
-                               "cell's score too")
+            v.notes.append("flagged for your instructor to read: your notebook's code is too large for the grader "
+                           f"to read within {static.DEADLINE_S:g} s, so your instructor decides this cell's score")
+            continue
+        elsewhere = [f for f in findings.notes.get(name, [])]
+        if elsewhere:
+            uses = ", ".join(dict.fromkeys(f"{f.what} ({f.where()})" for f in elsewhere))
+            v.notes.append(f"the code that runs when your cell runs (not your {name}) uses {uses}: fine for a "
+                           f"self-check, but {name} itself must not")
+        flagged = findings.suspicious.get(name, [])
+        if flagged:
+            v.status = FLAGGED
+            reasons = "; ".join(dict.fromkeys(f"{f.what} ({f.where()})" for f in flagged))
+            v.notes.append(f"flagged for your instructor to read: {reasons}; a reading of the code cannot follow where "
+                           "this leads, so your instructor decides this cell's score")
     return verdicts
 
 
@@ -322,7 +330,8 @@ def grade(nb, assignment: str, settings: config.Settings | None = None, deadline
         return Grading({gid: Verdict(gid, pts) for gid, pts in graded.items()}, fault=result["error"],
                        log=result.get("log", ""))
     faults = [r for r in result["records"] if r.get("fault")]
-    findings = static.analyse(cells, {gid.removesuffix(TESTS_SUFFIX) for gid in graded})
+    findings = static.analyse(cells, {gid.removesuffix(TESTS_SUFFIX) for gid in graded}, result.get("library"),
+                              deadline_s=min(static.DEADLINE_S, max(1.0, deadline - time.time())))
     verdicts = score(result["records"], graded, findings)
     fault = f"a grader fault in a hidden test: {faults[0]['diagnosis']}" if faults else None
     return Grading(verdicts, notes=result.get("notes", []), fault=fault, log=result.get("log", ""), profile=profile,

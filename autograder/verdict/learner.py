@@ -71,10 +71,12 @@ class LearnerError(Exception):
 
 class Learner:
     def __init__(self, cells: list[dict], limits: Limits | None = None, call_timeout: float | None = None,
-                 settings: config.Settings | None = None, role: str = "learner", preload: tuple[str, ...] = ()):
+                 settings: config.Settings | None = None, role: str = "learner", preload: tuple[str, ...] = (),
+                 refuse: tuple[str, ...] | None = None):
         self.settings = settings or config.current()
         self.role = role
         self.preload = tuple(preload)             # modules the worker imports before it waits (worker.py)
+        self.refuse = refuse                      # the library operators its worker refuses (None: worker.py's own)
         self.cells = cells
         self.limits = limits or Limits.of(self.settings, wall_s=self.settings.learner_budget)
         self.call_timeout = call_timeout or self.settings.call_timeout
@@ -161,7 +163,8 @@ class Learner:
             self.spawned = False
             try:
                 write_message(self.proc.stdin.fileno(),
-                              {"cells": [c for c in self.cells if c["id"] not in self.broken_cells]})
+                              {"cells": [c for c in self.cells if c["id"] not in self.broken_cells],
+                               "refuse": None if self.refuse is None else list(self.refuse)})
             except OSError as e:           # it ended before it read them: no learner code has run
                 self._die()
                 raise GraderFault(f"the grader's worker ended before it received your cells ({e})") from None

@@ -1,23 +1,31 @@
-"""What a learner's code uses, read from its source in the trusted process (Python's `ast`).
+"""What a learner's code reaches, read from its source in the trusted process (Python's `ast`), against an
+allow-list.
 
-A runtime watcher inside the learner's process cannot be sound: the learner's code can undo it.
-The source can be read from outside, so library use is decided here:
+A runtime watcher inside the learner's process cannot be sound: the learner's code can undo it. The source can be
+read from outside, so library use is decided here, proven or flagged:
 
-- **Proven**: a name that an import binds, followed through attributes, `from ... import`, plain
-  aliases (`G = torch.nn.functional`) and `getattr(module, "constant")`, that reaches a library
-  version of what the course asks learners to write (any path component matching `LIBRARY`:
-  `F.scaled_dot_product_attention`, `torch._C._nn.scaled_dot_product_attention`,
-  `torch.native_layer_norm`, `torch.ops.aten.layer_norm`, `nn.LayerNorm`, `nn.MultiheadAttention`,
-  `nn.TransformerEncoderLayer`, ...).  The part whose cell holds it scores 0.
-- **Flagged** for the instructor (nbgrader's needs_manual_grade, with the reason): whatever the reading cannot
-  resolve to something allowed: a module used as a value (passed, returned, stored anywhere but a plain alias,
-  unpacked, a default), `getattr` other than called with a constant on a non-module, `vars`, `__dict__`, a string
-  that names an operator or a library function, torch's operator registries (`torch._C`, `torch.ops`,
-  `torch.library`), `__import__`, `importlib`, `eval`/`exec`, frames and function internals, `ctypes`,
-  processes and signals, `/proc`, star imports, assignments into a library module.
+- **Proven**: a name the reading resolves (imports, `from ... import`, plain aliases `G = torch.nn.functional`,
+  `getattr(module, "constant")`) to a library version of what the exercise asks for: a path of which some part
+  matches the exercise's LIBRARY (its suite declares it: `F.scaled_dot_product_attention`,
+  `torch._C._nn.scaled_dot_product_attention`, `torch.ops.aten.layer_norm`, `nn.LayerNorm`, ...). The graded part
+  that reaches it scores 0.
+- **Flagged** for the instructor (nbgrader's needs_manual_grade, with what and where): a resolved reference outside
+  what a course's code needs (ALLOWED: `math`, `functools`, `operator`, `itertools`, `types`, `dataclasses`,
+  `typing`, `collections`, `numpy`, `torch` and its public parts; not `torch.overrides`, `torch._decomp`, `__main__`,
+  `sys`, `gc`, `inspect`, ...), and what a reading cannot settle: a lookup by a name built while the code runs
+  (`getattr(F, name)`: the note says which names are allowed), `vars`, `dir`, `eval`, `exec`, `__import__`,
+  reflection through dunder attributes, a module passed around as a value, a star or relative import, a write into
+  a library module.
+- Strings are data: a type hint, a dict key, a message are nothing to read.
 
-All of a notebook's code is read, cells the learner added included; what a cell defines or imports carries its
-findings to the cells that use it, except the other graded parts (each is graded on its own).
+A finding belongs to the code that reaches it. The body of a function or class is its own; a graded part is charged
+with its body's findings and those of every function and class it names, transitively (the other graded parts
+aside: each is graded on its own). Code that runs when its cell runs (module level, class bodies, decorators,
+defaults) is no graded function's use: a library call there is a note to the learner, a flag there flags every
+part (it runs before any test, and can change any of them).
+
+The reading is linear in the size of the code (aliases resolved once each) and stops at a deadline: past it every
+part is flagged as too large to read, a cost of the learner's own grading.
 """
 from __future__ import annotations
 
@@ -25,33 +33,38 @@ import ast
 import importlib
 import re
 import sys
+import time
 import types
 from dataclasses import dataclass, field
 
-# What the notebooks name as the library versions of their parts (the rule itself is LIBRARY).
+# The modules a course's code may use (a path under one of them is allowed unless a part of it is private or DENIED).
+ALLOWED = ("math", "functools", "operator", "itertools", "types", "dataclasses", "typing", "collections", "enum",
+           "abc", "copy", "numbers", "random", "statistics", "time", "warnings", "numpy",
+           "torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.nn.utils", "torch.nn.parameter",
+           "torch.linalg", "torch.fft", "torch.special", "torch.autograd", "torch.testing", "torch.cuda",
+           "torch.random", "torch.distributions")
+# Names of allowed modules that look up or make code by a name or an object the reading cannot follow.
+DENIED = ("operator.attrgetter", "operator.methodcaller", "types.FunctionType", "types.CodeType", "types.ModuleType",
+          "types.MethodType", "types.FrameType", "types.LambdaType", "torch.cuda.reset_peak_memory_stats",
+          "torch.cuda.empty_cache", "torch.cuda.memory", "torch.autograd.graph", "torch.autograd.function",
+          "numpy.ctypeslib", "typing.get_type_hints")
+# Builtins that run code, look names up, or reach the process: never a course's need.
+DENIED_BUILTINS = {"eval", "exec", "compile", "__import__", "globals", "locals", "vars", "dir", "open", "breakpoint",
+                   "input", "help", "exit", "quit", "delattr", "memoryview", "__build_class__"}
+# Dunder attributes honest code uses (constructors, names, operators); any other reaches an object's internals.
+DUNDERS = {"__init__", "__name__", "__qualname__", "__doc__", "__class__", "__len__", "__call__", "__repr__",
+           "__str__", "__iter__", "__next__", "__enter__", "__exit__", "__getitem__", "__setitem__", "__contains__",
+           "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__version__",
+           "__add__", "__sub__", "__mul__", "__matmul__", "__truediv__", "__floordiv__", "__mod__", "__pow__",
+           "__neg__", "__pos__", "__abs__", "__radd__", "__rsub__", "__rmul__", "__rtruediv__", "__rmatmul__",
+           "__and__", "__or__", "__xor__", "__invert__", "__float__", "__int__", "__index__", "__annotations__"}
+SELF = ("self", "cls")
+# What the notebooks name as the library versions of their parts.
 EXAMPLES = ("F.scaled_dot_product_attention", "nn.MultiheadAttention", "F.layer_norm", "nn.LayerNorm",
             "nn.TransformerEncoderLayer")
-LIBRARY = re.compile(r"(?i)(attention|multihead|multi_head|(layer|group|instance|batch|rms)_?norm|transformer)")
-SUSPICIOUS_MODULES = {"importlib", "ctypes", "cffi", "inspect", "gc", "pickle", "marshal", "subprocess",
-                      "multiprocessing", "signal", "builtins", "operator", "types", "code", "codeop", "runpy",
-                      "pty", "mmap", "resource", "faulthandler", "sysconfig", "site", "dis"}
-SUSPICIOUS_CALLS = {"eval", "exec", "compile", "__import__", "globals", "locals", "vars", "breakpoint"}
-SUSPICIOUS_ATTRS = {"f_globals", "f_locals", "f_back", "f_code", "f_builtins", "gi_frame", "tb_frame", "cr_frame",
-                    "__globals__", "__code__", "__closure__", "__builtins__", "__subclasses__", "__getattribute__",
-                    "__import__", "__loader__", "__spec__", "__self__", "__dict__"}
-# The libraries whose names the reading looks up (imported in the trusted process when first needed).
-LOOKED_UP = ("torch", "numpy", "math")
-# Where torch looks operators up by name, or registers new ones: a route the reading cannot follow.
-REGISTRIES = ("torch._C", "torch._ops", "torch.ops", "torch.library", "torch.utils.cpp_extension")
-# A string that names an operator (`aten::layer_norm`) or is a library function's name.
-OPERATOR_NAME = re.compile(r"^[A-Za-z_][\w.]*(::[\w.]+)+$")
-NAME_LIKE = re.compile(r"^[A-Za-z_][\w.]*$")
-SUSPICIOUS_PATHS = {"sys.modules", "sys._getframe", "sys.settrace", "sys.setprofile", "sys.addaudithook",
-                    "sys.meta_path", "sys.path_hooks",
-                    "os.fork", "os.forkpty", "os.kill", "os.killpg", "os.system", "os.popen", "os.posix_spawn",
-                    "os.posix_spawnp", "os.dup2", "os.setsid", "os.unshare", "os.register_at_fork",
-                    "os.environ", "os.open", "os.write", "os.read"}
-SUSPICIOUS_PREFIXES = ("os.exec", "os.spawn", "os.wait")
+# Every exercise's library versions, when a reading is not told one exercise's (the suites declare their own).
+COURSE_LIBRARY = r"(?i)(attention|multihead|multi_head|(layer|group|instance|batch|rms)_?norm|transformer)"
+DEADLINE_S = 10.0             # a reading that takes longer flags every part: too large to read
 
 
 @dataclass
@@ -66,10 +79,18 @@ class Finding:
 
 @dataclass
 class Report:
-    """Per solution cell: the library versions it uses and the constructs to flag."""
+    """Per graded part: the library versions it reaches (`library`), what it reaches that the reading cannot follow
+    (`suspicious`), and notes on library use in code that runs when its cell runs (`notes`); `too_large`: the
+    reading stopped at its deadline."""
 
     library: dict[str, list[Finding]] = field(default_factory=dict)
     suspicious: dict[str, list[Finding]] = field(default_factory=dict)
+    notes: dict[str, list[Finding]] = field(default_factory=dict)
+    too_large: bool = False
+
+
+class TooLarge(Exception):
+    """The reading passed its deadline."""
 
 
 def _dotted(node) -> list[str] | None:
@@ -87,19 +108,22 @@ def _dotted(node) -> list[str] | None:
 
 
 class _Aliases:
-    """Names bound to imported modules or their members, over all cells (flow-insensitive)."""
+    """Names bound to modules or their members anywhere in the code (flow-insensitive), each resolved once."""
 
-    def __init__(self, trees: list[ast.AST]):
-        self.names: dict[str, str] = {}
-        changed = True
-        while changed:
-            changed = False
-            for tree in trees:
-                for node in ast.walk(tree):
-                    for name, path in self._binds(node):
-                        if path and self.names.get(name) != path:
-                            self.names[name] = path
-                            changed = True
+    def __init__(self, trees: list[ast.AST], tick):
+        self.bound: dict[str, list] = {}          # name -> what binds it: a path, or the parts of a name to resolve
+        self.class_level: set[int] = set()        # statements of a class's body: an alias there is an attribute
+        for tree in trees:
+            for node in ast.walk(tree):
+                tick()
+                if isinstance(node, ast.ClassDef):
+                    self.class_level.update(id(s) for s in node.body)
+        for tree in trees:
+            for node in ast.walk(tree):
+                tick()
+                for name, how in self._binds(node):
+                    self.bound.setdefault(name, []).append(how)
+        self.memo: dict[str, str | None] = {}
 
     def _binds(self, node):
         if isinstance(node, ast.Import):
@@ -109,211 +133,304 @@ class _Aliases:
             for a in node.names:
                 if a.name != "*":
                     yield a.asname or a.name, f"{node.module}.{a.name}"
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None \
+                and id(node) not in self.class_level:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            path = self.resolve(node.value)
             for t in targets:
-                if isinstance(t, ast.Name):
-                    yield t.id, path
+                parts = _dotted(node.value)
+                if isinstance(t, ast.Name) and parts:
+                    yield t.id, parts
+
+    def path(self, name: str) -> str | None:
+        """The module path `name` is bound to (None: none), resolved once, iteratively (no recursion depth)."""
+        if name in self.memo:
+            return self.memo[name]
+        stack, seen = [name], {name}
+        while stack:
+            top = stack[-1]
+            pending = [how[0] for how in self.bound.get(top, []) if not isinstance(how, str)
+                       and how[0] not in self.memo and how[0] in self.bound and how[0] not in seen]
+            if pending:
+                seen.add(pending[0])
+                stack.append(pending[0])
+                continue
+            stack.pop()
+            found = None
+            for how in self.bound.get(top, []):
+                if isinstance(how, str):
+                    found = found or how
+                else:
+                    base = self.memo.get(how[0])
+                    found = found or (".".join([base, *how[1:]]) if base else None)
+            self.memo[top] = found
+        return self.memo[name]
 
     def resolve(self, node) -> str | None:
         parts = _dotted(node)
-        if not parts or parts[0] not in self.names:
+        if not parts:
             return None
-        return ".".join([self.names[parts[0]], *parts[1:]])
+        base = self.path(parts[0])
+        return ".".join([base, *parts[1:]]) if base else None
 
 
-def _library_path(path: str) -> bool:
-    return any(LIBRARY.search(p) for p in path.split("."))
+_MODULES: dict[str, bool] = {}
 
 
 def _module_like(path: str) -> bool:
-    """Whether `path` names a module (or one of torch's operator namespaces), as far as the trusted process can tell
-    without importing anything: a path it cannot look up is a module when it is a bare name."""
+    """Whether `path` names a module (or one of torch's operator namespaces), as far as the trusted process can tell:
+    the allowed libraries are imported to look; a path it cannot look up is a module when it is a bare name."""
+    if path in _MODULES:
+        return _MODULES[path]
     parts = path.split(".")
-    if parts[0] in LOOKED_UP and parts[0] not in sys.modules:
+    if parts[0] in ("torch", "numpy", "math") and parts[0] not in sys.modules:
         importlib.import_module(parts[0])
     obj = sys.modules.get(parts[0])
-    if obj is None:
-        return len(parts) == 1
-    for name in parts[1:]:
-        try:
-            obj = getattr(obj, name)
-        except Exception:  # noqa: BLE001 - a path the reading cannot follow: not known to be a module
-            return False
-    return isinstance(obj, types.ModuleType) or type(obj).__module__ == "torch._ops"
+    result = obj is None and len(parts) == 1
+    if obj is not None:
+        for name in parts[1:]:
+            try:
+                obj = getattr(obj, name)
+            except Exception:  # noqa: BLE001 - a path the reading cannot follow: not known to be a module
+                obj = None
+                break
+        result = obj is not None and (isinstance(obj, types.ModuleType) or type(obj).__module__ == "torch._ops")
+    _MODULES[path] = result
+    return result
+
+
+def allowed(path: str) -> bool:
+    """Whether a course's code may use `path`: under an allowed module, with no private part and nothing DENIED."""
+    parts = path.split(".")
+    if any(p.startswith("_") and not (p.startswith("__") and p.endswith("__") and p in DUNDERS) for p in parts):
+        return False
+    if any(path == d or path.startswith(d + ".") for d in DENIED):
+        return False
+    for i in range(len(parts), 0, -1):
+        prefix = ".".join(parts[:i])
+        if prefix in ALLOWED:
+            return i == len(parts) or not _module_like(".".join(parts[:i + 1])) or \
+                ".".join(parts[:i + 1]) in ALLOWED
+    return False
 
 
 def _parents(tree: ast.AST) -> dict:
     return {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
 
 
-def _module_as_value(node, parent, scope) -> bool:
+def _module_as_value(node, parent, class_level: set[int]) -> bool:
     """Whether a module-naming expression `node` is used as a value: anything but an attribute's base, a call's
-    function, the first argument of getattr/hasattr, or the whole right side of a plain alias `name = module` (not
-    in a class's body, where the name is an attribute the reading does not follow)."""
+    function, the first argument of getattr/hasattr, or the whole right side of a plain alias `name = module` (not in
+    a class's body, where the name is an attribute the reading does not follow)."""
     if isinstance(parent, ast.Attribute) and parent.value is node:
         return False
     if isinstance(parent, ast.Call) and (parent.func is node or (
             isinstance(parent.func, ast.Name) and parent.func.id in ("getattr", "hasattr") and parent.args
             and parent.args[0] is node)):
         return False
-    if isinstance(parent, ast.Assign) and parent.value is node and all(isinstance(t, ast.Name) for t in parent.targets):
-        return isinstance(scope, ast.ClassDef)
+    if isinstance(parent, (ast.Assign, ast.AnnAssign)) and parent.value is node and id(parent) not in class_level \
+            and all(isinstance(t, ast.Name)
+                    for t in (parent.targets if isinstance(parent, ast.Assign) else [parent.target])):
+        return False
     return not isinstance(parent, ast.Expr)
 
 
-def _plain_object(node) -> bool:
-    """`self` or `cls`: an object of the learner's own (getattr with a computed name on it stays in its code)."""
-    return isinstance(node, ast.Name) and node.id in ("self", "cls")
+class _Unit:
+    """A piece of code that runs as one: a top-level function or class (its body), or a cell's code that runs when
+    the cell runs (`name` None: statements at module level, class bodies, decorators, defaults)."""
+
+    def __init__(self, cell: str, name: str | None):
+        self.cell, self.name = cell, name
+        self.nodes: list[ast.AST] = []
+        self.library: list[Finding] = []
+        self.flags: list[Finding] = []
+        self.uses: set[str] = set()
 
 
-def _scan(tree: ast.AST, aliases: _Aliases, cell: str) -> tuple[list[Finding], list[Finding]]:
-    library, suspicious = [], []
+def _units(cell: str, tree: ast.Module) -> list[_Unit]:
+    """The units of one cell: its top-level functions and classes (their bodies), and the code that runs with it."""
+    now = _Unit(cell, None)
+    units = [now]
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            unit = _Unit(cell, stmt.name)
+            unit.nodes += stmt.body
+            now.nodes += [*stmt.decorator_list, stmt.args, *([stmt.returns] if stmt.returns else [])]
+            units.append(unit)
+        elif isinstance(stmt, ast.ClassDef):
+            unit = _Unit(cell, stmt.name)
+            now.nodes += [*stmt.decorator_list, *stmt.bases, *stmt.keywords]
+            for item in stmt.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    unit.nodes += item.body
+                    now.nodes += [*item.decorator_list, item.args]
+                else:
+                    now.nodes.append(item)              # a class body runs when the class is made
+            units.append(unit)
+        else:
+            now.nodes.append(stmt)
+    return units
 
-    def flag(node, what):
-        suspicious.append(Finding(cell, getattr(node, "lineno", 0), what))
 
-    parents = _parents(tree)
-    for node in ast.walk(tree):
-        line = getattr(node, "lineno", 0)
-        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(getattr(node, "ctx", None), ast.Load):
-            path = aliases.resolve(node)
-            parent = parents.get(node)
-            is_getattr = isinstance(node, ast.Name) and node.id == "getattr" and node.id not in aliases.names
-            if is_getattr and not (isinstance(parent, ast.Call) and parent.func is node):
-                flag(node, "uses getattr as a value")
-            if path and _module_like(path) and _module_as_value(node, parent, parents.get(parent)):
-                flag(node, f"uses the module {path} as a value")
-            if path and path.startswith(REGISTRIES) and not _library_path(path) and not (
-                    isinstance(parent, ast.Attribute) and aliases.resolve(parent)):
-                flag(node, f"uses torch's operator registry ({path})")
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                top = a.name.split(".")[0]
-                if _library_path(a.name):
-                    library.append(Finding(cell, line, a.name))
-                if top in SUSPICIOUS_MODULES:
-                    flag(node, f"imports {a.name}")
-                if a.name.startswith(REGISTRIES) and not _library_path(a.name):
-                    flag(node, f"imports torch's operator registry ({a.name})")
-        elif isinstance(node, ast.ImportFrom):
-            module = node.module or ""
+class _Reader:
+    def __init__(self, aliases: _Aliases, library: re.Pattern, defined: set[str], tick):
+        self.aliases, self.library, self.defined, self.tick = aliases, library, defined, tick
+
+    def banned(self, path: str) -> str | None:
+        """The path up to its first part that is a library version of this exercise (None: no part is)."""
+        parts = path.split(".")
+        hit = next((i for i, p in enumerate(parts) if self.library.search(p)), None)
+        return None if hit is None else ".".join(parts[:hit + 1])
+
+    def read(self, unit: _Unit):
+        def flag(node, what):
+            unit.flags.append(Finding(unit.cell, getattr(node, "lineno", 0), what))
+
+        for top in unit.nodes:
+            parents = _parents(top)
+            for node in ast.walk(top):
+                self.tick()
+                parent = parents.get(node)
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                    unit.uses.add(node.id)
+                    builtin = node.id not in self.defined and self.aliases.path(node.id) is None
+                    if node.id in DENIED_BUILTINS and builtin:
+                        flag(node, f"uses {node.id}")
+                    elif node.id in ("__builtins__", "__loader__", "__spec__"):
+                        flag(node, f"uses {node.id}")
+                    elif node.id == "getattr" and node.id not in self.defined and not (
+                            isinstance(parent, ast.Call) and parent.func is node):
+                        flag(node, "uses getattr as a value")
+                if isinstance(node, ast.Attribute) and node.attr.startswith("__") and node.attr.endswith("__") \
+                        and node.attr not in DUNDERS:
+                    flag(node, f"uses .{node.attr}")
+                if isinstance(node, (ast.Name, ast.Attribute)):
+                    self._path(node, parent, unit, flag)
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                    if _dotted(node) and node.func.id not in self.defined:
+                        self._path(node, parent, unit, flag)            # getattr(module, "constant")
+                    self._call(node, unit, flag)
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    self._import(node, unit, flag)
+
+    def _import(self, node, unit: _Unit, flag):
+        """An import binds names (their use is what counts), but one that names a library version is its use."""
+        module = node.module or "" if isinstance(node, ast.ImportFrom) else ""
+        if isinstance(node, ast.ImportFrom):
             if node.level:
                 flag(node, "a relative import")
-            if module.split(".")[0] in SUSPICIOUS_MODULES:
-                flag(node, f"imports from {module}")
-            for a in node.names:
-                if f"{module}.{a.name}".startswith(REGISTRIES) and not _library_path(f"{module}.{a.name}"):
-                    flag(node, f"imports from torch's operator registry ({module}.{a.name})")
-                if a.name == "*":
-                    flag(node, f"imports every name of {module} (from {module} import *)")
-                elif _library_path(f"{module}.{a.name}"):
-                    library.append(Finding(cell, line, f"{module}.{a.name}"))
-        elif isinstance(node, (ast.Attribute, ast.Call)) or isinstance(node, ast.Name):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                fname = node.func.id
-                if fname in SUSPICIOUS_CALLS and fname not in aliases.names:
-                    flag(node, f"calls {fname}()")
-                if fname in ("getattr", "setattr", "delattr", "hasattr") and len(node.args) >= 2:
-                    target = aliases.resolve(node.args[0])
-                    name = node.args[1].value if isinstance(node.args[1], ast.Constant) else None
-                    constant = isinstance(name, str)
-                    if target and (fname in ("setattr", "delattr") or not constant):
-                        flag(node, f"{fname}() on {target}" + ("" if constant else " with a computed name"))
-                    elif target and fname == "getattr":
-                        if _library_path(f"{target}.{name!s}"):
-                            library.append(Finding(cell, line, f"{target}.{name!s}"))
-                        elif _module_like(target):
-                            flag(node, f"getattr() on the module {target}")
-                    elif not target and fname == "getattr" and not constant and not _plain_object(node.args[0]):
-                        flag(node, "getattr() with a computed name on an object the reading cannot name")
-                continue
+            if any(a.name == "*" for a in node.names):
+                flag(node, f"imports every name of {module} (from {module} import *)")
+        for a in node.names:
+            path = f"{module}.{a.name}" if module else a.name
+            if a.name != "*" and (banned := self.banned(path)) is not None:
+                unit.library.append(Finding(unit.cell, node.lineno, banned))
+
+    def _path(self, node, parent, unit, flag):
+        # only the longest chain counts: `a.b.c` is read once, not as `a.b` again
+        if isinstance(parent, ast.Attribute) and parent.value is node and self.aliases.resolve(parent):
+            return
+        path = self.aliases.resolve(node)
+        if not path:
+            return
+        line = getattr(node, "lineno", 0)
+        if isinstance(getattr(node, "ctx", None), (ast.Store, ast.Del)):
             if isinstance(node, ast.Attribute):
-                if node.attr in SUSPICIOUS_ATTRS:
-                    flag(node, f"uses .{node.attr}")
-                path = aliases.resolve(node)
-                if path:
-                    if _library_path(path):
-                        library.append(Finding(cell, line, path))
-                    if path in SUSPICIOUS_PATHS or path.startswith(SUSPICIOUS_PREFIXES):
-                        flag(node, f"uses {path}")
-                    if node.attr.startswith("__") and node.attr.endswith("__") and node.attr != "__name__":
-                        flag(node, f"uses {path}")
-                    if isinstance(node.ctx, (ast.Store, ast.Del)):
-                        flag(node, f"assigns into a library module ({path})")
-            elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__loader__", "__spec__"):
-                flag(node, f"uses {node.id}")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            text = node.value.strip()
-            if "/proc" in text:
-                flag(node, "names a /proc file")
-            elif OPERATOR_NAME.match(text):
-                flag(node, f"names the operator {text[:80]!r} in a string")
-            elif NAME_LIKE.match(text) and _library_path(text):
-                flag(node, f"names {text[:80]!r}, a library version of an exercise, in a string")
-    return _shortest(library), _shortest(suspicious)
+                flag(node, f"assigns into a library module ({path})")
+            return
+        if (banned := self.banned(path)) is not None:
+            unit.library.append(Finding(unit.cell, line, banned))
+        elif not allowed(path):
+            flag(node, f"uses {path}, outside the modules this course's code uses")
+        elif _module_like(path) and _module_as_value(node, parent, self.aliases.class_level):
+            flag(node, f"uses the module {path} as a value")
+
+    def _call(self, node: ast.Call, unit: _Unit, flag):
+        fname = node.func.id if isinstance(node.func, ast.Name) else ""
+        if fname in self.defined or fname not in ("getattr", "setattr", "delattr", "hasattr") or len(node.args) < 2:
+            return
+        target = node.args[0]
+        path = self.aliases.resolve(target)
+        name = node.args[1].value if isinstance(node.args[1], ast.Constant) else None
+        if isinstance(name, str):
+            if name.startswith("__") and name.endswith("__") and name not in DUNDERS:
+                flag(node, f"{fname}() of {name}")
+            elif path and fname in ("setattr", "delattr"):
+                flag(node, f"{fname}() on {path}")
+            return
+        if isinstance(target, ast.Name) and target.id in SELF:
+            return                                     # the learner's own object: its own attributes
+        if path and _module_like(path):
+            flag(node, f"{fname}() on the module {path} with a name built while the code runs: the reading cannot "
+                       f"tell what it reaches (allowed there: any public name but the library versions this "
+                       f"exercise asks you to write)")
+        else:
+            flag(node, f"{fname}() with a name built while the code runs, on an object the reading cannot name")
 
 
-def _shortest(findings: list[Finding]) -> list[Finding]:
-    """Each finding once; of `a.b` and `a.b.c` on one line (one expression), only `a.b`."""
-    keys = {(f.line, f.what) for f in findings}
+def analyse(cells: list[dict], graded: set[str], library: str | None = None,
+            deadline_s: float = DEADLINE_S) -> Report:
+    """What each graded part reaches, read from the learner's `cells` ({"id", "source"}, setup cells included):
+    `graded` are the contract names graded on their own; `library` the exercise's pattern of library versions."""
+    deadline = time.monotonic() + deadline_s
+    count = [0]
+
+    def tick():
+        count[0] += 1
+        if count[0] % 4096 == 0 and time.monotonic() > deadline:
+            raise TooLarge
+
+    report = Report()
+    try:
+        trees = {}
+        for c in cells:
+            try:
+                trees[c["id"]] = ast.parse(c["source"])
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                trees[c["id"]] = ast.Module(body=[], type_ignores=[])
+        aliases = _Aliases(list(trees.values()), tick)
+        units = [u for cid, tree in trees.items() for u in _units(cid, tree)]
+        defined = {u.name for u in units if u.name}
+        reader = _Reader(aliases, re.compile(library or COURSE_LIBRARY), defined, tick)
+        for unit in units:
+            reader.read(unit)
+    except (TooLarge, RecursionError, MemoryError):
+        report.too_large = True
+        return report
+    by_name: dict[str, _Unit] = {}
+    for u in units:
+        if u.name:
+            by_name.setdefault(u.name, u)
+
+    def reach(start: list[_Unit]) -> list[_Unit]:
+        """The units `start` runs, and those they name, transitively, the graded parts aside."""
+        seen, stack = {id(u) for u in start}, list(start)
+        out = []
+        while stack:
+            u = stack.pop()
+            out.append(u)
+            for name in u.uses:
+                v = by_name.get(name)
+                if v is not None and id(v) not in seen and name not in graded:
+                    seen.add(id(v))
+                    stack.append(v)
+        return out
+
+    running = reach([u for u in units if u.name is None])          # what runs when the cells run
+    everywhere = _once([f for u in running for f in u.flags])
+    for part in graded:
+        home = by_name.get(part)
+        own = reach([home]) if home is not None else []
+        report.library[part] = _once([f for u in own for f in u.library])
+        report.suspicious[part] = _once([f for u in own for f in u.flags] + everywhere)
+        report.notes[part] = _once([f for u in running if u.cell == part for f in u.library])
+    return report
+
+
+def _once(findings: list[Finding]) -> list[Finding]:
     seen, out = set(), []
     for f in findings:
-        parts = f.what.split(".")
-        shorter = any((f.line, ".".join(parts[:i])) in keys for i in range(1, len(parts)))
-        if not shorter and (f.line, f.what) not in seen:
-            seen.add((f.line, f.what))
+        key = (f.cell, f.line, f.what)
+        if key not in seen:
+            seen.add(key)
             out.append(f)
     return out
-
-
-def _defined(tree: ast.AST) -> set[str]:
-    """The names a cell binds at its top level: definitions, assignments and imports."""
-    names = set()
-    for node in getattr(tree, "body", []):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names |= {a.asname or a.name.split(".")[0] for a in node.names if a.name != "*"}
-    return names
-
-
-def _used(tree: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-
-
-def analyse(cells: list[dict], graded: set[str]) -> Report:
-    """Findings per cell id for the learner's `cells` ({"id", "source"}, setup cells included).
-
-    `graded` are the contract names graded on their own: a cell that uses another graded part does not
-    inherit that part's findings; it does inherit those of any other name (a helper, an ungraded part
-    pasted from an earlier exercise) defined in a cell with findings."""
-    trees = {}
-    for c in cells:
-        try:
-            trees[c["id"]] = ast.parse(c["source"])
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            trees[c["id"]] = ast.Module(body=[], type_ignores=[])
-    aliases = _Aliases(list(trees.values()))
-    report = Report()
-    for cid, tree in trees.items():
-        report.library[cid], report.suspicious[cid] = _scan(tree, aliases, cid)
-    defined = {cid: _defined(t) for cid, t in trees.items()}
-    used = {cid: _used(t) for cid, t in trees.items()}
-    changed = True
-    while changed:
-        changed = False
-        for cid in trees:
-            for other in trees:
-                if other == cid or not (used[cid] & (defined[other] - graded)):
-                    continue
-                for kind in (report.library, report.suspicious):
-                    new = [f for f in kind[other] if f not in kind[cid]]
-                    if new:
-                        kind[cid] += new
-                        changed = True
-    return report

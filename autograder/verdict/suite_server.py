@@ -119,6 +119,13 @@ def roles_of(assignment: str) -> set[str]:
     return roles | ({"course parts"} if "course" in params or hasattr(module, "course_parts") else set())
 
 
+def refused(assignment: str) -> tuple[str, ...] | None:
+    """The library operators a learner's worker refuses for `assignment`'s suite (its REFUSED_OPS)."""
+    from autograder.verdict.suites.conftest import refusals
+
+    return refusals([_suite(assignment)] if hasattr(_suite(assignment), "REFUSED_OPS") else [])
+
+
 def preload(assignment: str) -> tuple[str, ...]:
     """The modules a learner's worker imports ahead for `assignment`'s suite (its WORKER_PRELOAD)."""
     return tuple(getattr(_suite(assignment), "WORKER_PRELOAD", ()))
@@ -152,7 +159,7 @@ def _child(read_fd: int, shared: dict, env: dict, assignment: str):
     os.environ.pop("GRADER_DEADLINE", None)
     learner.DRIVER_READINGS = True         # this process measures the learner's GPU memory (see main)
     worker: learner.Learner | None
-    worker = learner.Learner([], role="learner", preload=preload(assignment))
+    worker = learner.Learner([], role="learner", preload=preload(assignment), refuse=refused(assignment))
     try:
         worker.spawn()
     except Exception:  # noqa: BLE001 - the suite starts one itself, and says why if it cannot

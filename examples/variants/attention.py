@@ -230,6 +230,41 @@ SDPA = "scaled_dot_product_attention"
 MHA = "MultiHeadAttention"
 BLOCK = "blockwise_attention"
 
+MHA_HONEST_IDIOMS = """import functools
+import operator
+import types
+
+DEBUG = False
+
+
+class MultiHeadAttention(nn.Module):
+    \"\"\"Heads side by side, written with the idioms of a careful learner.\"\"\"
+
+    def __init__(self, d_model: int, n_heads: int, bias: bool = True) -> None:
+        nn.Module.__init__(self)
+        if d_model % n_heads:
+            raise ValueError(f"{n_heads} heads do not divide d_model = {d_model}")
+        self.cfg = types.SimpleNamespace(d_model=d_model, n_heads=n_heads, d_head=d_model // n_heads)
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d_model, d_model, bias=bias)
+                                                                for _ in range(4))
+        self.split = lambda t: t.unflatten(-1, (n_heads, -1)).transpose(1, 2)
+        self.calls = {"attention": 0}
+
+    @classmethod
+    def like(cls, other: "MultiHeadAttention") -> "MultiHeadAttention":
+        return cls(other.cfg.d_model, other.cfg.n_heads)
+
+    def forward(self, query, key=None, value=None, mask=None):
+        key = query if key is None else key
+        value = key if value is None else value
+        self.calls["attention"] += 1
+        if DEBUG:
+            print("attention", functools.reduce(operator.mul, query.shape, 1))
+        q, k, v = self.split(self.q_proj(query)), self.split(self.k_proj(key)), self.split(self.v_proj(value))
+        out, _ = scaled_dot_product_attention(q, k, v, mask)
+        return self.out_proj(out.transpose(1, 2).flatten(-2))
+"""
+
 VARIANTS = [
     Correct("softmax_einsum", {SDPA: SDPA_SOFTMAX, "causal_mask": CAUSAL_ARANGE, MHA: MHA_EINSUM,
                                BLOCK: BLOCKWISE_LIST},
@@ -238,6 +273,9 @@ VARIANTS = [
                                     BLOCK: BLOCKWISE_F64},
             "torch.where masks, a loop over heads, blockwise attention accumulated in float64"),
     Correct("log_sum_exp_state", {BLOCK: BLOCKWISE_LSE}, "an online softmax that keeps the log of the running sum"),
+    Correct("honest_idioms", {MHA: MHA_HONEST_IDIOMS},
+            "a forward-reference type hint, a dict key 'attention', nn.Module.__init__(self) with a lambda, "
+            "functools.reduce(operator.mul, ...), types.SimpleNamespace, print under `if DEBUG:`"),
     bug("sdpa_nan_rows", {SDPA: changed(SDPA_SOFTMAX, "    weights = torch.nan_to_num(weights, nan=0.0)\n", "")},
         "the softmax of a row whose keys are all masked is NaN (0/0): such a query gets zero weights and a zero "
         "output"),

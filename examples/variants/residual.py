@@ -91,6 +91,17 @@ FF_SEQUENTIAL_ALIASES = """class FeedForward(nn.Module):
 """
 
 
+# A LayerNorm checked against torch's own when its cell runs: the library there is a self-check, not the part's use.
+LN_SELF_CHECKED = LN_RSQRT + """
+
+DEBUG = False
+_x = torch.randn(3, 8)
+assert torch.allclose(LayerNorm(8)(_x), torch.nn.functional.layer_norm(_x, (8,)), atol=1e-5)
+if DEBUG:
+    print("layernorm checked against torch.nn.functional.layer_norm")
+"""
+
+
 def changed(source: str, old: str, new: str) -> str:
     """`source` with `old` replaced by `new` (which must be there: a variant that changes nothing is no variant)."""
     assert old in source, old
@@ -114,6 +125,8 @@ VARIANTS = [
             "torch.var(unbiased=False) with rsqrt, nn.ReLU as a module, a helper for the attention sublayer"),
     Correct("centred_sums_and_named_stream", {"LayerNorm": LN_CENTRED, "TransformerBlock": BLOCK_STREAM_NAMES},
             "mean and variance from sums, the residual stream named resid_pre / resid_mid / resid_post"),
+    Correct("self_checked_layernorm", {"LayerNorm": LN_SELF_CHECKED},
+            "a self-check against F.layer_norm and a print under `if DEBUG:`, run when the cell runs"),
     Correct("ff_sequential_aliases", {"FeedForward": FF_SEQUENTIAL_ALIASES},
             "linear1 and linear2 kept, and listed again in an nn.Sequential: more names in state_dict, the same "
             "layers"),

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from autograder.notebooks import learner_cells, read, reference_namespace, source_notebook
-from autograder.verdict.learner import Learner
+from autograder.verdict.learner import Learner, LearnerError, WorkerDied
 
 # Regrading the same submission must give the same grade: examples are derandomized.
 settings.register_profile("grading", max_examples=15, derandomize=True, deadline=None, database=None,
@@ -39,14 +39,40 @@ PRESTARTED: list = []
 def learner(request):
     with open(os.environ["GRADER_CELLS"]) as f:
         cells = json.load(f)
-    preload = dict.fromkeys(name for item in request.session.items
-                            for name in getattr(getattr(item, "module", None), "WORKER_PRELOAD", ()))
-    proxy = PRESTARTED.pop() if PRESTARTED else Learner(cells, preload=tuple(preload))
+    modules = {getattr(item, "module", None) for item in request.session.items}
+    preload = dict.fromkeys(name for m in modules for name in getattr(m, "WORKER_PRELOAD", ()))
+    proxy = PRESTARTED.pop() if PRESTARTED else Learner(cells, preload=tuple(preload), refuse=refusals(modules))
     proxy.cells, proxy.deadline = cells, float(os.environ.get("GRADER_DEADLINE", "inf"))
     proxy.assignment = next((getattr(item.module, "A", None) for item in request.session.items
                              if getattr(getattr(item, "module", None), "A", None)), None)
     yield proxy
     proxy.close()
+
+
+def refusals(modules) -> tuple[str, ...] | None:
+    """The library operators the suites' modules refuse (their REFUSED_OPS; None: none says, the worker's own)."""
+    said = [m.REFUSED_OPS for m in modules if hasattr(m, "REFUSED_OPS")]
+    return tuple(dict.fromkeys(op for ops in said for op in ops)) if said else None
+
+
+@pytest.fixture(autouse=True)
+def refusals_hold(request):
+    """Before each test: the learner's worker still refuses the library versions of the exercise. Code that undid a
+    refusal could have called one anywhere, so no test after it can be believed (autograder.inside.worker)."""
+    if "learner" in request.fixturenames:
+        from autograder.verdict.suites.checks import Diagnosis
+
+        learner = request.getfixturevalue("learner")
+        if learner.alive() and not learner.spawned:
+            try:
+                undone = learner.request({"op": "refused"}, what="(the refusals)", remember=False)["ok"]
+            except (LearnerError, WorkerDied):
+                undone = None
+            if undone:
+                raise Diagnosis(f"the grader refuses torch's own versions of this exercise's parts, and your code "
+                                f"undid that refusal ({', '.join(map(str, undone))[:300]}): no test of your code can "
+                                "be believed after that")
+    yield
 
 
 _REFERENCES: dict = {}

@@ -30,6 +30,7 @@ from .checks import (
     together,
 )
 from .contract import Call, Draw, Part, check_drawn, scores_slack
+from .library import ATTENTION_OPS
 from .oracles import (
     NEG,
     oracle_mha,
@@ -40,6 +41,10 @@ from .oracles import (
 )
 
 A = "attention"
+# The library versions of this exercise's parts: the static reading proves any path through one of these names
+# (autograder.verdict.static), and the learner's worker refuses these operators when they are called.
+LIBRARY = r"(?i)(attention|multihead|multi_head|transformer)"
+REFUSED_OPS = ATTENTION_OPS
 # torch's meta kernels (a mask asked for on the "meta" device) take dynamo's modules: 1.2 s and some 70 MiB the first
 # time, imported ahead by the fork server of the learners' workers and by the suite's process: no learner pays them.
 WORKER_PRELOAD = ("torch._dynamo",)

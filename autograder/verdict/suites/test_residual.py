@@ -26,6 +26,7 @@ from .checks import (
     together,
 )
 from .contract import Call, Draw, Part, check_drawn
+from .library import ATTENTION_OPS, NORM_OPS
 from .oracles import (
     NORM_PARAMS,
     norm_baseline,
@@ -42,6 +43,10 @@ from .oracles import (
 )
 
 A = "residual"
+# The library versions of this exercise's parts, and of the attention it pastes: proven by the static reading,
+# refused by the learner's worker (autograder.verdict.static, autograder.inside.worker).
+LIBRARY = r"(?i)(attention|multihead|multi_head|(layer|group|instance|batch|rms)_?norm|transformer)"
+REFUSED_OPS = ATTENTION_OPS + NORM_OPS
 WORKER_PRELOAD = DRAWING_PRELOAD      # test_block_drawn traces the learner's block in its worker
 
 

@@ -31,9 +31,14 @@ from .checks import (
     together,
 )
 from .contract import Call, Draw, Part, check_drawn
+from .library import ATTENTION_OPS, NORM_OPS
 from .oracles import random_block_state
 
 A = "transformer"
+# The library versions of every part the model is built from: proven by the static reading, refused by the
+# learner's worker (autograder.verdict.static, autograder.inside.worker).
+LIBRARY = r"(?i)(attention|multihead|multi_head|(layer|group|instance|batch|rms)_?norm|transformer)"
+REFUSED_OPS = ATTENTION_OPS + NORM_OPS
 WORKER_PRELOAD = DRAWING_PRELOAD      # test_tiny_drawn traces the learner's model in its worker
 
 TINY = pytest.mark.cell("TinyTransformer_tests")
