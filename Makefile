@@ -118,7 +118,8 @@ test: lint $(CHROMIUM) postgres graphviz $(VIZ_JS) $(NODE)
 # Measurements, not pass/fail: speed against torch's own layers, memory, the speed check's calibration,
 # where one notebook's grading time goes, trusted grading against plain nbgrader on the same notebooks,
 # gradebook locking under concurrent writers, a class of 30 learners x every assignment on Dask, and the check
-# service through its HTTP endpoint (one learner alone, eight at once, requests over the rate limit).
+# service through its HTTP endpoint (one learner alone, eight at once, requests over the rate limit), what the
+# library ban proves, flags and notes for honest idioms and routes to a library version, and its reading time.
 bench: install
 	$(PY) bench/speed.py
 	$(PY) bench/profile.py
@@ -126,6 +127,7 @@ bench: install
 	$(PY) bench/gradebook_locks.py --procs 8 16 32 --learners 2
 	$(PY) bench/class_grading.py $(ASSIGNMENTS)
 	$(PY) bench/check_service.py $(ASSIGNMENTS)
+	$(PY) bench/library_ban.py --grade
 	$(MAKE) mutation
 
 # The hidden suites measured by mutation testing: mutants of every graded part's reference, those an oracle on the
