@@ -33,7 +33,7 @@ from nbclient.util import run_sync
 CUT = "\n[output cut: too long]\n"
 UNFINISHED = "this cell did not finish within {} s"     # the error output of a cell stopped at the cell limit
 DONE = {"done": True}                                      # the last line of a run
-# What the fork server imports for this process and its first kernel (autograder.sandbox.Sandbox.start).
+# What the fork server imports for this process and its first kernel (autograder.sandbox.box.Sandbox.start).
 PRELOAD = ("torch", "ipykernel.kernelapp", "nbclient", "nbformat")
 
 
@@ -147,9 +147,10 @@ class Child:
 
 def fork_kernel() -> Child:
     """The notebook's first kernel, forked now, before this process makes a thread or a socket: with torch and
-    ipykernel already imported (by the fork server, autograder.forkserver), it is ready in a fraction of a second
-    instead of seconds. It waits for the command, environment and folder jupyter_client would have started it with,
-    then runs that command's module as `python -m` would; a kernel started again after a crash is started as usual."""
+    ipykernel already imported (by the fork server, autograder.sandbox.forkserver), it is ready in a fraction of a
+    second instead of seconds. It waits for the command, environment and folder jupyter_client would have started it
+    with, then runs that command's module as `python -m` would; a kernel started again after a crash is started as
+    usual."""
     r, w = os.pipe()
     pid = os.fork()
     if pid:

@@ -2,12 +2,12 @@
 
 Runs inside the sandbox as `python worker.py`, talking on its original stdin/stdout (moved to private
 descriptors at start; the learner's own prints go to /dev/null).  It imports torch (and the modules named on
-its command line: what a suite's drawing needs, `graph` and torch.export's tracer), says it is waiting, and only
+its command line: what a suite's drawing needs, `tracer` and torch.export), says it is waiting, and only
 then receives the learner's cells, so a worker can be started before its learner is known.  It imports nothing
-of the course but `protocol` and `graph`.  It computes; it never judges.  The learner's code shares
+of the course but `protocol`, `parts` and `tracer`.  It computes; it never judges.  The learner's code shares
 this interpreter and can change anything in it, this file included, so the trusted side believes
 nothing this process says about itself: it uses only the outputs it gets back for inputs it chose,
-and what the kernel measures from outside (autograder.cgroups).
+and what the kernel measures from outside (autograder.sandbox.cgroups).
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def _bind_device():
     """On a GPU: start CUDA, make the buffer that flushes the L2 cache (so it is part of what the worker holds before
     learner code runs), and take the device-wide synchronise and the allocator's functions from torch's C extension
     before learner code runs. Learner code can still reset the allocator's statistics: the trusted side polls the
-    driver from outside (autograder.learner)."""
+    driver from outside (autograder.verdict.learner)."""
     global _synchronize, _device_memory, _release, _flush_buffer
     if DEVICE != "cpu":
         import torch
@@ -179,7 +179,7 @@ class Worker:
         self.graphs: dict[int, tuple] = {}
         self.next_graph = 0
 
-    # -- the parts a learner's part uses, from the course (autograder.parts) ---------------------------
+    # -- the parts a learner's part uses, from the course (autograder.inside.parts) --------------------
     def callback(self, msg: dict):
         """Ask the grader for a course part's result, in the middle of a request."""
         self.send({"callback": msg})
