@@ -15,13 +15,25 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 DEVICE = os.environ.get("GRADER_DEVICE", "cpu")
 FLUSH_BYTES = 256 << 20       # written before each timed run on a GPU: more than its L2 cache
-_synchronize = None
-_device_memory = None
-_release = None
-_flush_buffer = None
+
+
+def _cpu_synchronize() -> None:
+    """On the CPU a call has ended when it returns: nothing to wait for."""
+
+
+# On a GPU, bound by _bind_device before learner code runs.
+_synchronize: Callable[[], None] = _cpu_synchronize
+_device_memory: Callable[[bool], dict] | None = None
+_release: Callable[[], None] | None = None
+_flush_buffer: torch.Tensor | None = None
 
 
 def _setup_torch():
@@ -65,6 +77,7 @@ def _bind_device():
 
 def _flush_l2():
     """Write a buffer larger than the GPU's L2 cache, so no timed run starts with warm caches."""
+    assert _flush_buffer is not None, "a GPU's flush buffer is made by _bind_device"
     _flush_buffer.zero_()
     _synchronize()
 
@@ -175,7 +188,7 @@ class Worker:
         self.refused = refused or []
         self.handles: dict[int, object] = {}
         self.send, self.receive = send, receive
-        self.modules: dict[str, object] = {}      # course parts built for `part` requests
+        self.modules: dict[str, torch.nn.Module] = {}      # course parts built for `part` requests
         self.graphs: dict[int, tuple] = {}
         self.next_graph = 0
 
@@ -347,11 +360,10 @@ class Worker:
             if type(out) is not torch.Tensor:
                 raise TypeError(f"returned a {type(out).__name__}, not a plain torch.Tensor")
             outputs.append(out)
-        if req.get("project"):
-            outputs = [project(o, req["seed"] + i) for i, o in enumerate(outputs)]
+        reply: list = [project(o, req["seed"] + i) for i, o in enumerate(outputs)] if req.get("project") else outputs
         if DEVICE != "cpu":
             _synchronize()
-        return outputs
+        return reply
 
     def op_graph(self, req):
         """The learner's module `name`, built with the graph module's example sizes, as a graph of plain data

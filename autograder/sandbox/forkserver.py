@@ -372,6 +372,7 @@ class ForkServer:
 
     def close(self):
         try:
+            assert self.proc.stdin is not None          # a pipe
             self.proc.stdin.close()
             self.proc.wait(10)
         except Exception:  # noqa: BLE001 - it is killed instead
