@@ -1,6 +1,9 @@
 """The folders show a notebook's path, and the imports follow it: what runs inside the sandbox imports nothing outside
-its folder, and each step imports only the steps below it (read from the source with `ast`)."""
+its folder, and each step imports only the steps below it (read from the source with `ast`). Every module and file of
+the package that the repository names exists."""
 import ast
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -74,3 +77,92 @@ def test_module_docstrings_say_what_a_module_is_in_a_few_lines():
     for path in PACKAGE.rglob("*.py"):
         doc = ast.get_docstring(ast.parse(path.read_text())) or ""
         assert len(doc.splitlines()) <= 20, f"{path.relative_to(ROOT)}: a docstring of {len(doc.splitlines())} lines"
+
+
+PKG = PACKAGE.name
+DOTTED = re.compile(rf"\b{PKG}((?:\.[A-Za-z_]\w*)+)")
+SLASHED = re.compile(rf"\b{PKG}/[\w./-]*")
+PLACEHOLDER = re.compile(r"(?<![A-Za-z])[A-Z]{3,}(?![A-Za-z])")      # test_NAME.py: any exercise's suite
+
+
+def top_names(path: Path) -> set[str]:
+    """The names a module defines or imports at its top level (inside top-level `if` and `try` too)."""
+    names, body = set(), list(ast.parse(path.read_text()).body)
+    while body:
+        node = body.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.If, ast.Try)):
+            body += [*node.body, *node.orelse, *getattr(node, "finalbody", []),
+                     *(s for h in getattr(node, "handlers", []) for s in h.body)]
+    return names
+
+
+def dotted_exists(segments: list[str]) -> bool:
+    """Whether the package's module (and the first name after it, a module's or a package's own) exists."""
+    here = PACKAGE
+    for i, seg in enumerate(segments):
+        if (here / seg / "__init__.py").is_file():
+            here = here / seg
+        elif (here / f"{seg}.py").is_file():
+            rest = segments[i + 1:]
+            return not rest or rest[0] in top_names(here / f"{seg}.py")
+        else:
+            return seg in top_names(here / "__init__.py")
+    return True
+
+
+def stale_names(text: str) -> list[str]:
+    """The package's modules and files that `text` names and that do not exist. A name cut by a template (`{asg}`,
+    `<asg>`) is checked up to the cut; an upper-case word in a file name stands for any name."""
+    stale = []
+    for m in DOTTED.finditer(text):
+        segments = m.group(1).split(".")[1:]
+        if text[m.end():m.end() + 1] in ("{", "<"):
+            segments = segments[:-1]
+        if not dotted_exists(segments):
+            stale.append(m.group(0))
+    for m in SLASHED.finditer(text):
+        path = m.group(0).rstrip(".")
+        if text[m.end():m.end() + 1] in ("{", "<"):
+            path = path.rsplit("/", 1)[0]
+        if not (ROOT / path).exists() and not list(ROOT.glob(PLACEHOLDER.sub("*", path))):
+            stale.append(m.group(0))
+    return stale
+
+
+def repository_files() -> list[Path]:
+    r = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                       capture_output=True, check=True)
+    return [ROOT / name for name in r.stdout.decode().split("\0") if name and (ROOT / name).is_file()]
+
+
+def test_stale_names_finds_modules_and_files_that_do_not_exist():
+    assert stale_names(f"see {PKG}.verdict.record.Verdict and {PKG}/inside/worker.py.") == []
+    assert stale_names(f"f'{PKG}.verdict.suites.test_{{asg}}' and `{PKG}/verdict/suites/test_<asg>.py`") == []
+    assert stale_names(f"the hidden suite `{PKG}/verdict/suites/test_NAME.py`") == []
+    assert stale_names(f"{PKG}.graph.explorer_data, {PKG}.inside.<name>, {PKG}.pipeline.export.{{plugin}}") == []
+    assert stale_names(f"moved: {PKG}.learner, {PKG}/worker.py, {PKG}.graph.assemble, {PKG}.sandbox.Sandbox") == [
+        f"{PKG}.learner", f"{PKG}.graph.assemble", f"{PKG}.sandbox.Sandbox", f"{PKG}/worker.py"]
+    assert stale_names(f"{PKG}.verdict.record.NoSuchThing, {PKG}/verdict/suites/test_nothing.py") == [
+        f"{PKG}.verdict.record.NoSuchThing", f"{PKG}/verdict/suites/test_nothing.py"]
+
+
+def test_every_module_and_file_of_the_package_named_anywhere_exists():
+    """Code, docs, the book, the tests, the Makefile: a name left behind by a move fails here."""
+    found = []
+    files = repository_files()
+    assert ROOT / "README.md" in files and PACKAGE / "inside" / "worker.py" in files
+    for path in files:
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            found += [f"{path.relative_to(ROOT)}:{number}: {name}" for name in stale_names(line)]
+    assert not found, "names of the package's modules or files that do not exist:\n" + "\n".join(found)

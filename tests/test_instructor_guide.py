@@ -1,5 +1,5 @@
 """The README's "For instructors", run as written after `make`: one assignment from release to export, with real
-nbgrader.
+nbgrader. The full guide, docs/instructors.md, says the same commands and configuration lines.
 
 A scratch course (this course's `nbgrader_config.py` with the README's configuration lines added, its
 `solutions/positional_encoding/`) first has `make`'s example class graded in it, by the Makefile's own recipe, then
@@ -43,10 +43,12 @@ BUG = "sin_cos_swapped"
 README = (ROOT / "README.md").read_text()
 _start = README.index("## For instructors")
 GUIDE = README[_start:README.index("\n## ", _start)]
+FULL_GUIDE = (ROOT / "docs" / "instructors.md").read_text()
 
 
 def documented(cmd: str) -> str:
     assert cmd in GUIDE, f"README's For instructors no longer says: {cmd}"
+    assert cmd in FULL_GUIDE, f"docs/instructors.md no longer says: {cmd}"
     return cmd
 
 
@@ -63,6 +65,7 @@ def config_lines() -> str:
     """The README's lines for the end of nbgrader_config.py (its only python block)."""
     blocks = re.findall(r"```python\n(.*?)```", GUIDE, re.S)
     assert len(blocks) == 1, "README's For instructors should have one block of configuration lines"
+    assert re.findall(r"```python\n(.*?)```", FULL_GUIDE, re.S) == blocks, "docs/instructors.md's lines differ"
     return blocks[0]
 
 

@@ -24,10 +24,11 @@ def test_a_new_exercise_from_the_scaffold_passes_the_course_s_tests(tmp_path):
         assert r.returncode == 0, f"{' '.join(args)}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
         return r.stdout
 
-    wrote = run("-m", "autograder.authoring.new", "demo", "Demo chapter")
+    name = "demo"
+    wrote = run("-m", "autograder.authoring.new", name, "Demo chapter")
     assert sorted(line.removeprefix("wrote ") for line in wrote.splitlines() if line.startswith("wrote ")) == [
-        "_toc.yml", "autograder/verdict/suites/test_demo.py", "book/demo.md", "examples/variants/demo.py",
-        "solutions/demo/demo.ipynb"]
+        "_toc.yml", f"autograder/verdict/suites/test_{name}.py", f"book/{name}.md", f"examples/variants/{name}.py",
+        f"solutions/{name}/{name}.ipynb"]
     run("-m", "autograder.authoring.criteria", "demo")
     run("-m", "autograder.authoring.release", "demo")
     assert (course / "exercises" / "demo" / "demo.ipynb").exists()

@@ -517,7 +517,7 @@ def test_a_taken_port_is_one_clear_line(service, tmp_path):
 
 def test_tokens_write_a_private_roster_outside_the_course(tmp_path):
     """`tokens` writes the roster where the service reads it by default (the instructor's configuration folder, not
-    the course's repository), mode 0600, with its instructors as the README says, and keeps an existing one."""
+    the course's repository), mode 0600, with its instructors as docs/instructors.md says, and keeps an existing one."""
     env = {**os.environ, "HOME": str(tmp_path)}
     env.pop("XDG_CONFIG_HOME", None)
     argv = [sys.executable, "-m", "autograder.service", "tokens", "--learners", "ada", "ben", "--assignments", ASG,

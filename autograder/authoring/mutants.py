@@ -211,7 +211,7 @@ class FiniteInfinity(Operator):
     """An infinity made a large finite number: `float("-inf")` -> `-1e9`."""
 
     def mutation_positions(self, node):
-        if _infinity(node) is not None:
+        if _infinity(node):
             yield (node.start_pos, node.end_pos)
 
     def mutate(self, node, index):
@@ -222,12 +222,13 @@ class FiniteInfinity(Operator):
         return (Example('x = float("-inf")\n', "x = -1e9\n"),)
 
 
-def _infinity(node) -> float | None:
+def _infinity(node) -> int:
+    """The sign of the infinity `node` spells (-1 or 1), 0 when it spells none."""
     if node.type in ("atom_expr", "power"):
         text = _text(node).replace("'", '"').replace(" ", "")
         if text in ('float("-inf")', 'float("inf")', "math.inf", "torch.inf"):
-            return -1.0 if "-" in text else 1.0
-    return None
+            return -1 if "-" in text else 1
+    return 0
 
 
 class OffByOne(Operator):

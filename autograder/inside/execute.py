@@ -26,6 +26,8 @@ import sys
 import time
 
 import nbformat
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbclient.util import run_sync
@@ -33,7 +35,7 @@ from nbclient.util import run_sync
 CUT = "\n[output cut: too long]\n"
 UNFINISHED = "this cell did not finish within {} s"     # the error output of a cell stopped at the cell limit
 DONE = {"done": True}                                      # the last line of a run
-# What the fork server imports for this process and its first kernel (autograder.sandbox.Sandbox.start).
+# What the fork server imports for this process and its first kernel (autograder.sandbox.box.Sandbox.start).
 PRELOAD = ("torch", "ipykernel.kernelapp", "nbclient", "nbformat")
 
 
@@ -98,6 +100,7 @@ class Client(NotebookClient):
     outputs cannot exhaust this process."""
 
     max_outputs = max_bytes = 0            # set by main() from the grader's settings (autograder.config)
+    dropped: dict[int, int]                # outputs dropped per cell index, set by main()
 
     def output(self, outs, msg, display_id, cell_index):
         if len(outs) > self.max_outputs or sum(size(o) for o in outs[-self.max_outputs:]) > 2 * self.max_bytes:
@@ -110,7 +113,8 @@ class Child:
     """The kernel forked by `fork_kernel`, seen by jupyter_client like the Popen it would have started."""
 
     def __init__(self, pid: int, pipe: int):
-        self.pid, self.pipe, self.returncode = pid, pipe, None
+        self.pid, self.pipe = pid, pipe
+        self.returncode: int | None = None
         self.stdin = self.stdout = self.stderr = None
 
     def launch(self, cmd: list[str], env: dict, cwd: str):
@@ -147,9 +151,10 @@ class Child:
 
 def fork_kernel() -> Child:
     """The notebook's first kernel, forked now, before this process makes a thread or a socket: with torch and
-    ipykernel already imported (by the fork server, autograder.forkserver), it is ready in a fraction of a second
-    instead of seconds. It waits for the command, environment and folder jupyter_client would have started it with,
-    then runs that command's module as `python -m` would; a kernel started again after a crash is started as usual."""
+    ipykernel already imported (by the fork server, autograder.sandbox.forkserver), it is ready in a fraction of a
+    second instead of seconds. It waits for the command, environment and folder jupyter_client would have started it
+    with, then runs that command's module as `python -m` would; a kernel started again after a crash is started as
+    usual."""
     r, w = os.pipe()
     pid = os.fork()
     if pid:
@@ -200,6 +205,13 @@ def adopt(first: Child):
     LocalProvisioner.launch_kernel = launch_kernel  # type: ignore[method-assign]
 
 
+def kernel(client: NotebookClient) -> tuple[AsyncKernelManager, AsyncKernelClient]:
+    """The client's kernel manager and kernel client, once its kernel is started: nbclient's are asynchronous."""
+    km, kc = client.km, client.kc
+    assert isinstance(km, AsyncKernelManager) and isinstance(kc, AsyncKernelClient), (km, kc)
+    return km, kc
+
+
 def signed(key: bytes, msg: dict) -> str:
     """A line of the run's output: the message's JSON after its HMAC under the run's key (`sign` and check)."""
     text = json.dumps(msg)
@@ -237,7 +249,8 @@ def main():
     with client.setup_kernel():            # returns once the kernel is ready
         # Made ready ahead of its learner: torch imported before any notebook is known (the course's setup
         # cells import it first anyway), then the notebook arrives on stdin.
-        run_sync(client.kc.execute_interactive)("import torch", silent=True, store_history=False, timeout=timeout)
+        km, kc = kernel(client)
+        run_sync(kc.execute_interactive)("import torch", silent=True, store_history=False, timeout=timeout)
         send({"ready": True})
         key = sys.stdin.readline().strip().encode()
         nb = client.nb = nbformat.reads(sys.stdin.read(), as_version=4)
@@ -255,11 +268,12 @@ def main():
             except DeadKernelError:
                 ended = error_output("DeadKernelError", "this cell ended the Python process (sys.exit, os._exit, "
                                                         "or out of memory); the cells after it ran in a fresh one")
-                run_sync(client.km.restart_kernel)(now=True)
-                client.kc.stop_channels()
-                client.kc = client.km.client()
-                client.kc.start_channels()
-                run_sync(client.kc.wait_for_ready)(timeout=timeout)
+                run_sync(km.restart_kernel)(now=True)
+                kc.stop_channels()
+                client.kc = km.client()
+                km, kc = kernel(client)
+                kc.start_channels()
+                run_sync(kc.wait_for_ready)(timeout=timeout)
             total = len(cell.outputs) + client.dropped.get(index, 0)
             outputs = cap_outputs(cell.outputs, max_chars, max_bytes, max_outputs, total)
             send({"index": index, "outputs": outputs + ([ended] if ended else [])})

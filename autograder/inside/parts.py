@@ -11,6 +11,8 @@ This file is copied into the sandbox; it imports nothing of the course.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -135,8 +137,8 @@ def _block(self, d_model, n_heads, d_ff, norm_first=True):
 
 # The contract of each course module: the submodules and parameters its constructor makes (the names and
 # shapes the notebooks specify), never its forward.
-CONTRACT = {"MultiHeadAttention": _mha, "FeedForward": _feed_forward, "LayerNorm": _layer_norm,
-            "TransformerBlock": _block}
+CONTRACT: dict[str, Callable[..., None]] = {"MultiHeadAttention": _mha, "FeedForward": _feed_forward,
+                                            "LayerNorm": _layer_norm, "TransformerBlock": _block}
 
 
 def _module(name: str, send, parts: dict):

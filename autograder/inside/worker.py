@@ -2,12 +2,12 @@
 
 Runs inside the sandbox as `python worker.py`, talking on its original stdin/stdout (moved to private
 descriptors at start; the learner's own prints go to /dev/null).  It imports torch (and the modules named on
-its command line: what a suite's drawing needs, `graph` and torch.export's tracer), says it is waiting, and only
+its command line: what a suite's drawing needs, `tracer` and torch.export), says it is waiting, and only
 then receives the learner's cells, so a worker can be started before its learner is known.  It imports nothing
-of the course but `protocol` and `graph`.  It computes; it never judges.  The learner's code shares
+of the course but `protocol`, `parts` and `tracer`.  It computes; it never judges.  The learner's code shares
 this interpreter and can change anything in it, this file included, so the trusted side believes
 nothing this process says about itself: it uses only the outputs it gets back for inputs it chose,
-and what the kernel measures from outside (autograder.cgroups).
+and what the kernel measures from outside (autograder.sandbox.cgroups).
 """
 from __future__ import annotations
 
@@ -15,13 +15,25 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 DEVICE = os.environ.get("GRADER_DEVICE", "cpu")
 FLUSH_BYTES = 256 << 20       # written before each timed run on a GPU: more than its L2 cache
-_synchronize = None
-_device_memory = None
-_release = None
-_flush_buffer = None
+
+
+def _cpu_synchronize() -> None:
+    """On the CPU a call has ended when it returns: nothing to wait for."""
+
+
+# On a GPU, bound by _bind_device before learner code runs.
+_synchronize: Callable[[], None] = _cpu_synchronize
+_device_memory: Callable[[bool], dict] | None = None
+_release: Callable[[], None] | None = None
+_flush_buffer: torch.Tensor | None = None
 
 
 def _setup_torch():
@@ -34,7 +46,7 @@ def _bind_device():
     """On a GPU: start CUDA, make the buffer that flushes the L2 cache (so it is part of what the worker holds before
     learner code runs), and take the device-wide synchronise and the allocator's functions from torch's C extension
     before learner code runs. Learner code can still reset the allocator's statistics: the trusted side polls the
-    driver from outside (autograder.learner)."""
+    driver from outside (autograder.verdict.learner)."""
     global _synchronize, _device_memory, _release, _flush_buffer
     if DEVICE != "cpu":
         import torch
@@ -65,6 +77,7 @@ def _bind_device():
 
 def _flush_l2():
     """Write a buffer larger than the GPU's L2 cache, so no timed run starts with warm caches."""
+    assert _flush_buffer is not None, "a GPU's flush buffer is made by _bind_device"
     _flush_buffer.zero_()
     _synchronize()
 
@@ -175,11 +188,11 @@ class Worker:
         self.refused = refused or []
         self.handles: dict[int, object] = {}
         self.send, self.receive = send, receive
-        self.modules: dict[str, object] = {}      # course parts built for `part` requests
+        self.modules: dict[str, torch.nn.Module] = {}      # course parts built for `part` requests
         self.graphs: dict[int, tuple] = {}
         self.next_graph = 0
 
-    # -- the parts a learner's part uses, from the course (autograder.parts) ---------------------------
+    # -- the parts a learner's part uses, from the course (autograder.inside.parts) --------------------
     def callback(self, msg: dict):
         """Ask the grader for a course part's result, in the middle of a request."""
         self.send({"callback": msg})
@@ -347,11 +360,10 @@ class Worker:
             if type(out) is not torch.Tensor:
                 raise TypeError(f"returned a {type(out).__name__}, not a plain torch.Tensor")
             outputs.append(out)
-        if req.get("project"):
-            outputs = [project(o, req["seed"] + i) for i, o in enumerate(outputs)]
+        reply: list = [project(o, req["seed"] + i) for i, o in enumerate(outputs)] if req.get("project") else outputs
         if DEVICE != "cpu":
             _synchronize()
-        return outputs
+        return reply
 
     def op_graph(self, req):
         """The learner's module `name`, built with the graph module's example sizes, as a graph of plain data

@@ -15,8 +15,8 @@ class SubmissionReader(NotebookExporter):
     def from_file(self, file_stream, resources=None, **kw):
         ids = (resources or {}).get("nbgrader", {})
         converter = self.parent
-        if not ids.get("assignment") or not hasattr(converter, "coursedir") or not getattr(converter, "_sanitizing",
-                                                                                               True):
+        if (not ids.get("assignment") or converter is None or not hasattr(converter, "coursedir")
+                or not getattr(converter, "_sanitizing", True)):
             # autograde's second pass reads its own copy, written by the first from the submission read here
             return super().from_file(file_stream, resources=resources, **kw)
         release_path = Path(converter.coursedir.format_path(converter.coursedir.release_directory, ".",

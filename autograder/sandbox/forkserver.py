@@ -6,7 +6,8 @@ when its stdin closes. For each request (a bubblewrap placeholder's pid, the san
 worker's pipes) a request process checks that the request comes from the host and the placeholder has namespaces
 of its own in that cgroup, joins the cgroup, takes the limits, enters the placeholder's namespaces and root, becomes
 user 1000 without groups or capabilities and with no_new_privs, and forks the worker, which checks its credentials
-again before it runs the sandbox's own copy of worker.py. The README's "Workers forked, not started" says more.
+again before it runs the sandbox's own copy of worker.py. docs/how-it-works.md ("Workers forked, not started") says
+more.
 """
 from __future__ import annotations
 
@@ -371,6 +372,7 @@ class ForkServer:
 
     def close(self):
         try:
+            assert self.proc.stdin is not None          # a pipe
             self.proc.stdin.close()
             self.proc.wait(10)
         except Exception:  # noqa: BLE001 - it is killed instead

@@ -1,4 +1,4 @@
-"""The service as a JupyterHub service: the hub starts it (`c.JupyterHub.services`, README "Check my work") and says
+"""The service as a JupyterHub service: the hub starts it (`c.JupyterHub.services`, docs/instructors.md) and says
 who is asking. A learner's kernel sends its server's API token (JUPYTERHUB_API_TOKEN, with the scope
 `access:services!service=<name>` that the hub's `server` role grants); a browser logs in through the hub (OAuth).
 Everything here is jupyterhub's own (`HubOAuth`, `HubOAuthenticated`, `HubOAuthCallbackHandler`)."""

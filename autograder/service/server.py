@@ -40,6 +40,7 @@ from autograder.service.grading import GRADER_FAILED, Checker, NotANotebook, Ref
 from autograder.service.roster import Roster
 
 if TYPE_CHECKING:
+    from distributed import Client as DaskClient
     from jupyterhub.services.auth import HubOAuth
 
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
@@ -72,7 +73,7 @@ class Service:
         self.state.mkdir(parents=True, exist_ok=True)
         self.ready = False                     # set by warm_up(), once every assignment and grader is prepared
         self.checker: Checker | None = None
-        self.client = None
+        self.client: DaskClient | None = None   # set by warm_up() with a Dask scheduler
         self.admission = Admission(roster.rate, roster.max_waiting_per_learner, roster.max_waiting,
                                    roster.max_bytes_held, roster.max_concurrent)
         self.queue = FairQueue(roster.max_concurrent)
@@ -379,9 +380,9 @@ class UploadPage(Streamed):
         self.body_parts = []
         self.body_read = True
         self.check_xsrf_cookie()
-        files = self.request.files.get("notebook") or [{}]
+        files = self.request.files.get("notebook") or []
         assignment = self.get_body_argument("assignment", "")
-        body = files[0].get("body", b"")
+        body = files[0].get("body", b"") if files else b""
         assert self.ticket is not None
         try:
             learner = await self.learner()

@@ -4,28 +4,17 @@ allow-list.
 A runtime watcher inside the learner's process cannot be sound: the learner's code can undo it. The source can be
 read from outside, so library use is decided here, proven or flagged:
 
-- **Proven**: a name the reading resolves (imports, `from ... import`, plain aliases `G = torch.nn.functional`,
-  `getattr(module, "constant")`) to a library version of what the exercise asks for: a path of which some part
-  matches the exercise's LIBRARY (its suite declares it: `F.scaled_dot_product_attention`,
-  `torch._C._nn.scaled_dot_product_attention`, `torch.ops.aten.layer_norm`, `nn.LayerNorm`, ...). The graded part
-  that reaches it scores 0.
+- **Proven**: a name the reading resolves (imports, `from ... import`, plain aliases, `getattr(module, "constant")`)
+  to a library version of what the exercise asks for (its suite's LIBRARY): the graded part that reaches it scores 0.
 - **Flagged** for the instructor (nbgrader's needs_manual_grade, with what and where): a resolved reference outside
-  what a course's code needs (ALLOWED: `math`, `functools`, `operator`, `itertools`, `types`, `dataclasses`,
-  `typing`, `collections`, `numpy`, `torch` and its public parts; not `torch.overrides`, `torch._decomp`, `__main__`,
-  `sys`, `gc`, `inspect`, ...), and what a reading cannot settle: a lookup by a name built while the code runs
-  (`getattr(F, name)`: the note says which names are allowed), `vars`, `dir`, `eval`, `exec`, `__import__`,
-  reflection through dunder attributes, a module passed around as a value, a star or relative import, a write into
-  a library module.
+  what a course's code needs (ALLOWED), and what a reading cannot settle (a lookup by a name built while the code
+  runs, `vars`, `eval`, reflection through dunder attributes, a module passed around as a value, ...).
 - Strings are data: a type hint, a dict key, a message are nothing to read.
 
-A finding belongs to the code that reaches it. The body of a function or class is its own; a graded part is charged
-with its body's findings and those of every function and class it names, transitively (the other graded parts
-aside: each is graded on its own). Code that runs when its cell runs (module level, class bodies, decorators,
-defaults) is no graded function's use: a library call there is a note to the learner, a flag there flags every
-part (it runs before any test, and can change any of them).
-
-The reading is linear in the size of the code (aliases resolved once each) and stops at a deadline: past it every
-part is flagged as too large to read, a cost of the learner's own grading.
+A finding belongs to the code that reaches it: a graded part is charged with its body's findings and those of every
+function and class it names, transitively; code that runs when its cell runs is no graded function's use. The
+reading is linear in the size of the code and stops at a deadline. docs/how-it-works.md ("Proven", "Flagged") says
+more.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@
 (function () {
   "use strict";
 
-  // The DOT source for a set of collapsed clusters: the same rules as autograder.graph.assemble().
+  // The DOT source for a set of collapsed clusters: the same rules as autograder.graph.draw.assemble().
   function assemble(p, collapsed) {
     const kids = new Map(), members = new Map(), parent = new Map(), where = new Map();
     for (const c of p.clusters) {

@@ -49,7 +49,7 @@ def torch_mha(state, d_model, n_heads, bias=True, prefix=""):
     return m
 
 
-def oracle_mha(state, n_heads, query, key=None, value=None, mask=None, bias=True, prefix=""):
+def oracle_mha(state, n_heads, query, key=None, value=None, *, mask=None, bias=True, prefix=""):
     key = query if key is None else key
     value = key if value is None else value
     B, Lq, D = query.shape
@@ -62,7 +62,7 @@ def oracle_mha(state, n_heads, query, key=None, value=None, mask=None, bias=True
                                                           attn_mask=attn_mask, need_weights=False)[0]
 
 
-def plain_mha(state, n_heads, query, key=None, value=None, mask=None, prefix=""):
+def plain_mha(state, n_heads, query, key=None, value=None, *, mask=None, prefix=""):
     """MultiHeadAttention computed plainly with `state`, at the inputs' precision."""
     key = query if key is None else key
     value = key if value is None else value
