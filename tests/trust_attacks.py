@@ -627,6 +627,9 @@ FLAGGED = {
     "tuple_alias": ("uses the module torch.nn.functional as a value", None),
     "jit_registry": ("torch._C", None),
     "overrides_route": ("torch.overrides", {"MultiHeadAttention_tests"}),
+    "setup_import_page_cache": ("os.walk", None),
+    "kills_the_parts_forges_feedback": ("os.getppid", None),
+    "in_place_put_back": ("weakref.ref", {"TransformerBlock_tests"}),
     "main_refusals": ("__main__", None),
     "decomp_route": ("torch._decomp", {"LayerNorm_tests"}),
 }
