@@ -15,7 +15,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export CHROMIUM
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install book exercises grade postgres graphviz npm lint test test-quick bench mutation gpu-wheels gpu-check \
+.PHONY: all install book exercises grade postgres graphviz npm lint test test-quick test-full bench mutation gpu-wheels gpu-check \
         clean
 
 all: book grade
@@ -106,14 +106,17 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# The quick tier: the tests that need no browser, no book build and no grading of a notebook (under a minute here).
-QUICK := tests/test_house.py tests/test_static.py tests/test_timing.py tests/test_exercises.py tests/test_gpu.py \
-         tests/test_sandbox.py tests/test_release.py
+# The test tiers are pytest markers (tests/conftest.py, docs/testing.md): quick, nbgrader, browser, gpu, full.
 test-quick: install
-	$(BIN)/pytest -n 2 -q $(QUICK)
+	$(BIN)/pytest -n 2 -q -m quick tests
 
 test: lint $(CHROMIUM) postgres graphviz $(VIZ_JS) $(NODE)
-	$(BIN)/pytest -n 2 --dist loadgroup --durations=15 tests
+	$(BIN)/pytest -n 2 --dist loadgroup --durations=15 -m "not full" tests
+
+# What make test samples, whole: every correct alternative of examples/variants/ graded beside a CPU hog (make test
+# grades one per assignment), every known mistake graded on its whole notebook (make test: the cells it can reach).
+test-full: install
+	$(BIN)/pytest -n 2 --dist loadgroup -m full tests
 
 # Measurements, not pass/fail: speed against torch's own layers, memory, the speed check's calibration,
 # where one notebook's grading time goes, trusted grading against plain nbgrader on the same notebooks,
@@ -129,6 +132,7 @@ bench: install
 	$(PY) bench/check_service.py $(ASSIGNMENTS)
 	$(PY) bench/library_ban.py --grade
 	$(MAKE) mutation
+	$(MAKE) test-full
 
 # The hidden suites measured by mutation testing: mutants of every graded part's reference, those an oracle on the
 # part's contract shows wrong graded by the suite (autograder/authoring/mutation.py): bench/results/mutation.md.

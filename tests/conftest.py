@@ -1,13 +1,52 @@
-"""Shared fixtures of the project's own tests (their shared helpers are in helpers.py)."""
+"""Shared fixtures of the project's own tests (their shared helpers are in helpers.py), and their tiers."""
+from pathlib import Path
+
 import pytest
 from helpers import ASSIGNMENTS
 
 from autograder.verdict.suites import conftest as suites_conftest
 
+# The tiers, each a pytest marker (docs/testing.md gives each one's time): `make test-quick` runs the first, `make test`
+# every one but `full` (a `gpu` test skips itself where no CUDA device is), `make test-full` the last.
+TIERS = {
+    "quick": "no notebook graded, no nbgrader command, no browser, no book build",
+    "nbgrader": "grades notebooks: a hidden suite against a sandboxed worker, nbgrader's commands, the check service",
+    "browser": "drives Chromium, or builds the book",
+    "gpu": "needs a CUDA device (make gpu-check)",
+    "full": "too long for make test: every correct alternative beside a CPU hog, every known mistake on its whole "
+            "notebook",
+}
+# Each file's tier, for the tests in it that are not marked with another where they are written. A test that uses the
+# `browser` fixture is in the browser tier wherever it is.
+FILE_TIERS = {
+    "quick": ["test_house.py", "test_static.py", "test_timing.py", "test_gpu.py", "test_sandbox.py", "test_contract.py",
+              "test_labextension.py"],
+    "nbgrader": ["test_class.py", "test_exercises.py", "test_export.py", "test_faults.py", "test_feedback.py",
+                 "test_forkserver.py", "test_grading.py", "test_graph.py", "test_hub.py", "test_instructor_guide.py",
+                 "test_mutation.py", "test_pooling.py", "test_redteam.py", "test_release.py", "test_scaffold.py",
+                 "test_service.py", "test_trust.py", "test_variants.py"],
+    "browser": ["test_book.py", "test_site.py"],
+}
+_TIER_OF = {name: tier for tier, names in FILE_TIERS.items() for name in names}
+
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: builds the book or runs nbgrader on a class")
+    for tier, what in TIERS.items():
+        config.addinivalue_line("markers", f"{tier}: {what}")
     suites_conftest.pytest_configure(config)   # a test here may import a hidden suite to test one of its rules
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if any(item.get_closest_marker(tier) for tier in TIERS):
+            continue
+        if "browser" in getattr(item, "fixturenames", ()):
+            item.add_marker("browser")
+            continue
+        name = Path(str(item.fspath)).name
+        if name not in _TIER_OF:
+            raise pytest.UsageError(f"tests/{name} has no tier: add it to FILE_TIERS in tests/conftest.py")
+        item.add_marker(_TIER_OF[name])
 
 
 @pytest.fixture(scope="session")

@@ -234,7 +234,6 @@ print(json.dumps({"largest": max(sizes), "frames": len(sizes), "failed": [r["tes
 '''  # noqa: E501 - a script's line, kept as it runs
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("asg", ASSIGNMENTS)
 def test_the_frame_cap_holds_every_legitimate_answer_with_a_margin(asg):
     """The hidden suite graded on the reference solution, every frame the trusted side reads counted: the largest

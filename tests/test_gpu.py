@@ -23,7 +23,14 @@ from autograder.verdict.suites import test_attention as suite
 from autograder.verdict.timing import Target, compare, gpu_lane, peak_memory, same_outputs
 
 CUDA = torch.cuda.is_available()
-needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device here: `make gpu-check` runs these on one")
+_NO_CUDA = pytest.mark.skipif(not CUDA, reason="no CUDA device here: `make gpu-check` runs these on one")
+
+
+def needs_cuda(test):
+    """A test of the gpu tier, skipped where no CUDA device is."""
+    return pytest.mark.gpu(_NO_CUDA(test))
+
+
 SDPA = "scaled_dot_product_attention"
 ATTENTION = {v.name: v.cells for v in variants.load("attention")}
 LOOP = ATTENTION["sdpa_query_loop"]
@@ -41,7 +48,7 @@ def device(request, monkeypatch):
     return request.param
 
 
-DEVICES = ["cpu", pytest.param("cuda", marks=needs_cuda)]
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, _NO_CUDA])]
 
 
 # -- on any machine ------------------------------------------------------------------------------------------------

@@ -288,6 +288,7 @@ def test_with_a_dask_scheduler_checks_run_on_its_workers(tmp_path):
     assert [r["graded by"] for r in rows] == [next(iter(workers))], (rows, workers)
 
 
+@pytest.mark.browser
 def test_the_upload_page_shows_a_learner_s_script_as_text(service, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -322,6 +323,7 @@ def test_check_in_the_learner_s_kernel_prints_the_feedback(service, tmp_path, mo
     assert "rope_tests: 4 / 4 points" in printed, printed
 
 
+@pytest.mark.browser
 def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
     """JupyterLab with the course's extension as `make install` installs it (labextension/, by pip): the notebook
     toolbar's "Check my work" saves the open notebook, runs its own check() cell in its kernel and shows what it

@@ -242,13 +242,18 @@ def test_a_name_built_while_the_code_runs_says_what_is_allowed():
     assert len(said) == 1 and "torch.nn.functional" in said[0] and "allowed there" in said[0], said
 
 
-def test_an_alias_chain_of_4000_names_is_read_within_a_second():
+def test_an_alias_chain_of_4000_names_is_read_in_linear_steps():
     """4,000 names, each bound to the next, in reverse order, the last to the module: resolved once each (a reading
-    by rounds took two minutes), so the reading ends within its deadline, and the route through them is proven."""
-    chain = "\n".join(f"_a{i} = _a{i + 1}" for i in range(4000)) + "\n_a4000 = torch.nn.functional\n"
-    r = report({"LayerNorm": chain + LN.replace("BODY", "_a0.layer_norm(x, (4,))")}, deadline_s=1.0)
+    by rounds took two minutes), so the reading's steps grow with the code's size, not its square, and the route
+    through them is proven. (Its time, 500 to 8,000 names, is measured by bench/library_ban.py.)"""
+    def chain(n):
+        return "\n".join(f"_a{i} = _a{i + 1}" for i in range(n)) + f"\n_a{n} = torch.nn.functional\n"
+
+    small = report({"LayerNorm": chain(1000) + LN.replace("BODY", "_a0.layer_norm(x, (4,))")})
+    r = report({"LayerNorm": chain(4000) + LN.replace("BODY", "_a0.layer_norm(x, (4,))")})
     assert not r.too_large
     assert [f.what for f in r.library["LayerNorm"]] == ["torch.nn.functional.layer_norm"]
+    assert r.steps < 5 * small.steps, (small.steps, r.steps)     # 4 x the code: 4 x the steps, 16 x were it quadratic
 
 
 def test_a_reading_past_its_deadline_flags_every_part_as_too_large():

@@ -1,18 +1,43 @@
 """The hidden suites are right in both directions, through the real grading engine (a trusted
 pytest process scoring a sandboxed worker): every known correct answer gets full marks, every
 known mistake loses points in exactly the cells it should, with a diagnosis that names it."""
+import functools
+import importlib
+import os
+import subprocess
+import sys
+
 import pytest
 from helpers import ASSIGNMENTS, all_variants
 
 from autograder.authoring import variants
-from autograder.notebooks import graded_cells, reference_namespace
+from autograder.notebooks import TESTS_SUFFIX, graded_cells, reference_namespace
 from autograder.verdict import hidden, record
 
 
-def _grade(asg, cells=None, answered=True):
-    grading = hidden.grade(variants.submission(asg, cells, answered=answered), asg)
+def _grade(asg, cells=None, answered=True, only=()):
+    grading = hidden.grade(variants.submission(asg, cells, answered=answered), asg, only=tuple(sorted(only)))
     assert grading.fault is None, f"{grading.fault}\n{grading.log[-3000:]}"
-    return grading.verdicts
+    return {gid: v for gid, v in grading.verdicts.items() if not only or gid in only}
+
+
+@functools.cache
+def together_cells(asg: str) -> frozenset[str]:
+    """The graded cells with a test of the learner's own parts used together (`@pytest.mark.together`), read from
+    the suite's marks: every other test of a cell runs the learner's code of that cell with the course's parts."""
+    suite = importlib.import_module(f"autograder.verdict.suites.test_{asg}")
+    return frozenset(m.args[0] for f in vars(suite).values() if callable(f)
+                     and any(m.name == "together" for m in getattr(f, "pytestmark", []))
+                     for m in f.pytestmark if m.name == "cell")
+
+
+def reached(asg: str, variant) -> set[str]:
+    """The graded cells a known mistake can change: those of the cells it replaces, those it is known to cost, and
+    those whose tests use the learner's parts together. The others run the reference's code of their cell with the
+    course's parts, whatever the mistake: `make test` grades them in the full tier (test_a_known_mistake_costs_only
+    _where_it_should)."""
+    return ({c + TESTS_SUFFIX for c in variant.cells} | set(variant.fails) | set(variant.together)
+            | together_cells(asg))
 
 
 @pytest.mark.parametrize("asg", ASSIGNMENTS)
@@ -31,12 +56,24 @@ def test_unanswered_gets_zero_with_a_clear_message(asg):
 
 @pytest.mark.parametrize("asg,variant", all_variants(), ids=lambda x: getattr(x, "name", x))
 def test_variant(asg, variant):
-    verdicts = _grade(asg, variant.cells)
     if isinstance(variant, variants.Correct):
-        for gid, v in verdicts.items():
+        for gid, v in _grade(asg, variant.cells).items():
             assert v.score == v.points, f"correct answer '{variant.name}' lost points in {gid}: {v.failed}"
             assert v.status == record.GRADED, f"correct answer '{variant.name}' flagged in {gid}: {v.notes}"
         return
+    _judge_mistake(variant, _grade(asg, variant.cells, only=reached(asg, variant)))
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("asg,variant", [(a, v) for a, v in all_variants() if isinstance(v, variants.Bug)],
+                         ids=lambda x: getattr(x, "name", x))
+def test_a_known_mistake_costs_only_where_it_should(asg, variant):
+    """The whole notebook graded: a mistake costs nothing in a cell it cannot reach."""
+    verdicts = _grade(asg, variant.cells)
+    _judge_mistake(variant, verdicts)
+
+
+def _judge_mistake(variant, verdicts):
     for gid, v in verdicts.items():
         if gid in variant.fails:
             assert v.score < v.points, f"mistake '{variant.name}' was not caught in {gid}"
@@ -56,6 +93,34 @@ def test_variant(asg, variant):
                 f"{variant.together[gid]!r}, got {v.failed}")
         else:
             assert v.score == v.points, f"mistake '{variant.name}' should not cost points in {gid}: {v.failed}"
+
+
+# One correct alternative per assignment graded beside a CPU hog in `make test` (those whose online softmax or RoPE lost
+# points under load before); every correct alternative in the full tier (`make test-full`).
+UNDER_LOAD = {("positional_encoding", "numpy_then_converted"), ("attention", "log_sum_exp_state"),
+              ("residual", "rsqrt_and_modules"), ("transformer", "nanogpt_names")}
+
+
+@pytest.fixture
+def cpu_hog():
+    """Two busy processes per core for as long as the test runs: the machine at a load of 2 x cores or more."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))]
+    yield
+    for h in hogs:
+        h.kill()
+        h.wait()
+
+
+@pytest.mark.parametrize("asg,variant", [
+    pytest.param(asg, v, marks=() if (asg, v.name) in UNDER_LOAD else pytest.mark.full)
+    for asg, v in all_variants() if isinstance(v, variants.Correct)], ids=lambda x: getattr(x, "name", x))
+@pytest.mark.usefixtures("cpu_hog")
+def test_a_correct_alternative_gets_full_marks_on_a_loaded_machine(asg, variant):
+    """The same verdict under load: speed, memory and output checks included, a correct answer graded beside busy
+    processes gets full marks, unflagged, as on a quiet machine."""
+    for gid, v in _grade(asg, variant.cells).items():
+        assert v.score == v.points, f"correct answer '{variant.name}' lost points under load in {gid}: {v.failed}"
+        assert v.status == record.GRADED, f"correct answer '{variant.name}' flagged under load in {gid}: {v.notes}"
 
 
 def test_known_mistakes_cover_every_graded_cell():

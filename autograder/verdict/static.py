@@ -76,6 +76,7 @@ class Report:
     suspicious: dict[str, list[Finding]] = field(default_factory=dict)
     notes: dict[str, list[Finding]] = field(default_factory=dict)
     too_large: bool = False
+    steps: int = 0                # the reading's steps (a name resolved, a node read): its cost, counted
 
 
 class TooLarge(Exception):
@@ -383,7 +384,7 @@ def analyse(cells: list[dict], graded: set[str], library: str | None = None,
         for unit in units:
             reader.read(unit)
     except (TooLarge, RecursionError, MemoryError):
-        report.too_large = True
+        report.too_large, report.steps = True, count[0]
         return report
     by_name: dict[str, _Unit] = {}
     for u in units:
@@ -412,6 +413,7 @@ def analyse(cells: list[dict], graded: set[str], library: str | None = None,
         report.library[part] = _once([f for u in own for f in u.library])
         report.suspicious[part] = _once([f for u in own for f in u.flags] + everywhere)
         report.notes[part] = _once([f for u in running if u.cell == part for f in u.library])
+    report.steps = count[0]
     return report
 
 
