@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 
-import nbformat
 import pytest
 
 from autograder.authoring import variants
@@ -315,17 +314,14 @@ def test_a_learner_stopped_over_time_leaves_no_sandbox_behind(tmp_path, monkeypa
 
 
 def test_the_report_counts_the_verdicts_as_recorded(tmp_path):
-    """Diagnoses come from the record in the autograded notebook, whole: one holding "; " stays one; what the grader
-    had to repair in the notebook is a grading note, not a misconception."""
+    """Diagnoses come from the grading's stored record, whole: one holding "; " stays one; what the grader had to
+    repair in the notebook is a grading note, not a misconception."""
     a = "the scores are divided by d; divide by sqrt(d)"
     verdict = record.Verdict("rope_tests", 4.0, 1.0, checks=[record.Check("values", 1, False, a),
                                                              record.Check("shape", 1, True)])
-    nb = nbformat.v4.new_notebook()
-    nb.metadata[record.RECORD] = {**record.Grading({"rope_tests": verdict}).to_dict(),
-                                  "notes": ["graded without: x"], "problems": ["your file was repaired"]}
-    path = tmp_path / "autograded" / "ann" / ASG / f"{ASG}.ipynb"
-    path.parent.mkdir(parents=True)
-    nbformat.write(nb, str(path))
+    record.store(record.path(tmp_path, "ann", ASG, ASG), {**record.Grading({"rope_tests": verdict}).to_dict(),
+                                                          "notes": ["graded without: x"],
+                                                          "problems": ["your file was repaired"]})
     rows = [grade.CellScore("ann", ASG, "rope_tests", 1.0, 4.0, "ignored: the comment is not re-read")]
     diagnoses, flags, notes = report.class_diagnoses(tmp_path, rows)
     assert [(d["diagnosis"], d["who"]) for d in diagnoses] == [(a, ["ann"])] and flags == []
@@ -355,12 +351,8 @@ def test_the_report_counts_each_misconception_once(tmp_path):
 
 
 def _graded(tmp_path, learner: str, *verdicts: record.Verdict):
-    """An autograded notebook of `learner` holding the record of these verdicts."""
-    nb = nbformat.v4.new_notebook()
-    nb.metadata[record.RECORD] = record.Grading({v.grade_id: v for v in verdicts}).to_dict()
-    path = tmp_path / "autograded" / learner / ASG / f"{ASG}.ipynb"
-    path.parent.mkdir(parents=True)
-    nbformat.write(nb, str(path))
+    """The stored record of `learner`'s grading, holding these verdicts."""
+    record.store(record.path(tmp_path, learner, ASG, ASG), record.Grading({v.grade_id: v for v in verdicts}).to_dict())
 
 
 def test_the_report_says_what_to_reteach_and_who_waits(tmp_path):

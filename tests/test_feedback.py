@@ -25,7 +25,7 @@ from helpers import CHROMIUM, CHROMIUM_ARGS, SUITE, peak_memory
 
 from autograder.authoring import variants
 from autograder.classroom import grade
-from autograder.verdict.record import Grading, record
+from autograder.verdict import record
 
 pytestmark = pytest.mark.xdist_group("feedback")
 ASG = "positional_encoding"
@@ -252,8 +252,7 @@ def test_a_page_says_each_failure_once_and_runs_no_script(graded):
 
 def _said_once(d, learner: str, cell: str, page: str) -> bool:
     """Whether the page says each failure the grading recorded for `cell` exactly once."""
-    nb = nbformat.read(str(d / "autograded" / learner / ASG / f"{ASG}.ipynb"), as_version=4)
-    failed = Grading.from_dict(record(nb)).verdicts[cell].failed
+    failed = record.Grading.from_dict(record.load(record.path(d, learner, ASG, ASG)) or {}).verdicts[cell].failed
     text = html.unescape(page)
     assert failed, f"{learner}'s {cell} failed nothing"
     return all(text.count(diagnosis) == 1 for diagnosis in failed)

@@ -30,7 +30,7 @@ from autograder.notebooks import graded_cells
 from autograder.service.fair import Admission, FairQueue, RateLimit, Refusal
 from autograder.service.local import LocalService, RawCheck
 from autograder.service.roster import Roster, new_roster
-from autograder.verdict.record import Grading, record
+from autograder.verdict import record
 
 ASG = "positional_encoding"
 pytestmark = pytest.mark.xdist_group("service")
@@ -96,7 +96,7 @@ def test_a_check_gives_what_autograde_gives(service, tmp_path):
     grade.submit(d, "ada", ASG, variants.submission(ASG))
     assert grade.autograde(d, ASG, capture_output=True).returncode == 0
     graded = nbformat.read(str(d / "autograded" / "ada" / ASG / f"{ASG}.ipynb"), as_version=4)
-    batch = Grading.from_dict(record(graded)).verdicts
+    batch = record.Grading.from_dict(record.load(record.path(d, "ada", ASG, ASG)) or {}).verdicts
     assert [(c["cell"], c["text"]) for c in answer["cells"]] == [(g, batch[g].text()) for g in graded_cells(graded)]
     assert grade.feedback(d, ASG, capture_output=True).returncode == 0
     page = (d / "feedback" / "ada" / ASG / f"{ASG}.html").read_text()

@@ -15,8 +15,8 @@ Read from the gradebook (GRADEBOOK_URL, else the grading folder's SQLite file) a
                    grader's doubt, not a mistake) and the grading notes; the book linked where `c.BookLinks.url` says
                    it is published, else in `_build/html`.
 
-All comes from the grading record each autograded notebook holds (`autograder.verdict.record.Grading`), never from
-re-reading the text of a comment.
+All comes from the gradebook's scores and the record stored for each graded notebook (`autograder.verdict.record`),
+never from re-reading the text of a comment or of an autograded notebook.
 """
 from __future__ import annotations
 
@@ -39,16 +39,13 @@ from autograder.classroom import grade
 from autograder.notebooks import is_graded_test, nbgrader_meta
 from autograder.pipeline.export import csv_cell
 from autograder.pipeline.feedback import LOCAL_BOOK
-from autograder.verdict.record import FLAGGED, Grading, record
+from autograder.verdict import record
+from autograder.verdict.record import FLAGGED, Grading
 
 
 def learner_record(grading_dir: Path, assignment: str, learner: str) -> dict:
-    """The grading record of a learner's autograded notebook ({} when there is none)."""
-    path = Path(grading_dir) / "autograded" / learner / assignment / f"{assignment}.ipynb"
-    try:
-        return record(nbformat.read(str(path), as_version=4))
-    except Exception:  # noqa: BLE001 - no autograded notebook: nothing to count
-        return {}
+    """The stored record of a learner's graded notebook ({} when there is none)."""
+    return record.load(record.path(grading_dir, learner, assignment, assignment)) or {}
 
 
 NOT_ANSWERED = "not implemented yet"
