@@ -56,11 +56,12 @@ class HiddenSuites(NbGraderPreprocessor):
         return nb, resources
 
 
-def verdict_outputs(v: Verdict) -> list:
+def verdict_outputs(v: Verdict, given: float | None = None) -> list:
     """A graded cell's outputs rendered from its verdict: the verdict as text, and the score as a plain float (which
-    nbgrader reads)."""
-    return [note(v.text() + "\n"),
-            nbformat.v4.new_output("execute_result", data={"text/plain": repr(float(v.score))}, execution_count=None)]
+    nbgrader reads); `given`: the score the instructor gave since, which both say instead."""
+    score = v.score if given is None else given
+    return [note(v.text(given) + "\n"),
+            nbformat.v4.new_output("execute_result", data={"text/plain": repr(float(score))}, execution_count=None)]
 
 
 def structure_output(st: dict):

@@ -112,11 +112,17 @@ class Verdict:
         from_tests = abs(sum(r[1] for r in rows) - (self.points - self.score)) < 0.011
         return [(cause, round(cost, 2) if from_tests else None, seen) for cause, cost, seen in rows]
 
-    def text(self) -> str:
+    def text(self, given: float | None = None) -> str:
         """The graded cell's output: the score, the notes, what passed, each cause the evidence names with what its
-        tests observed, and each other failed test once, with what it cost."""
-        lines = [f"{self.grade_id}: {self.score:g} / {self.points:g} points"
-                 + ("" if self.status == GRADED else f" ({self.status})")]
+        tests observed, and each other failed test once, with what it cost; `given`: the score the instructor gave
+        since, said in place of the grader's."""
+        if given is not None:
+            head = (f"{self.grade_id}: {given:g} / {self.points:g} points (given by your instructor; the grader's "
+                    f"automatic score: {self.score:g})")
+        else:
+            head = f"{self.grade_id}: {self.score:g} / {self.points:g} points" + (
+                "" if self.status == GRADED else f" ({self.status})")
+        lines = [head]
         lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  passed: {p}" for p in self.passed]
         for cause, cost, seen in self.costs():
