@@ -98,6 +98,19 @@ def test_a_grader_fault_fails_the_grading_visibly(faults, learner):
     print(f"\n{learner}: {classgrade.failure_reason(log, r.returncode)[0]}")
 
 
+def test_the_report_says_a_fault_from_the_record(faults):
+    """The class report alone (no classgrade to tell it who failed) reads each grading's record: a learner the grader
+    could not grade has no total and says why, never a zero of theirs."""
+    from autograder.classroom import report
+
+    d, injected, _, _ = faults
+    files = report.build(d, ASG, out=d / "report-alone")
+    rows = {r["learner"]: r for r in csv.DictReader(open(files["scores"]))}
+    for learner, (_, fault, _) in injected.items():
+        assert rows[learner]["total"] == "", rows[learner]
+        assert rows[learner]["status"].startswith("grader error: GraderFault: ") and fault in rows[learner]["status"]
+
+
 def test_no_feedback_for_a_grading_that_failed(faults):
     d, injected, _, f = faults
     for learner in injected:

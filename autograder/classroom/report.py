@@ -7,7 +7,8 @@ Read from the gradebook (GRADEBOOK_URL, else the grading folder's SQLite file) a
 
 - `scores.csv`     one row per learner: each graded cell's score, the total (before any late penalty), the points,
                    how late and the penalty, the status (`graded`, `waiting for manual grading`: the total is
-                   provisional, `grader error: <reason>` or `not graded: <reason>`: no total);
+                   provisional, `grader error: <reason>`, which a stored record that says the grader could not
+                   grade gives too, or `not graded: <reason>`: no total);
 - `diagnoses.csv`  the misconceptions, most learners first, then most points lost: a graded cell's mistake (its
                    diagnoses, numbers aside), who made it, the points it cost, the book's section that teaches it;
 - `histogram.png`  the histogram of total scores;
@@ -46,6 +47,15 @@ from autograder.verdict.record import FLAGGED, Grading
 def learner_record(grading_dir: Path, assignment: str, learner: str) -> dict:
     """The stored record of a learner's graded notebook ({} when there is none)."""
     return record.load(record.path(grading_dir, learner, assignment, assignment)) or {}
+
+
+def recorded_failures(grading_dir: Path, assignment: str, learners: Sequence[str]) -> dict[str, str]:
+    """learner -> `grader error: <fault>` for each learner whose stored record says the grader could not grade their
+    notebook (what the gradebook holds of them is no score of theirs)."""
+    faults = {learner: Grading.from_dict(learner_record(grading_dir, assignment, learner)).fault
+              for learner in learners}
+    return {learner: f"{grade.GRADER_ERROR}: {fault.strip().splitlines()[0]}"
+            for learner, fault in faults.items() if fault}
 
 
 NOT_ANSWERED = "not implemented yet"
@@ -296,6 +306,7 @@ def build(grading_dir: Path, assignment: str, url: str | None = None, failures: 
     out.mkdir(parents=True, exist_ok=True)
     rows = grade.scores(grading_dir, [assignment], url)
     order = cell_order(grading_dir, assignment)
+    failures = {**recorded_failures(grading_dir, assignment, sorted({r.learner for r in rows})), **(failures or {})}
     cells, lines = grade.by_learner(rows, failures, order)
     with open(out / "scores.csv", "w", newline="") as f:
         row = _writer(f)
