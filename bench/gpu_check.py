@@ -34,6 +34,7 @@ from autograder.classroom import grade
 from autograder.notebooks import learner_cells, read, source_notebook
 from autograder.sandbox import box as sandbox
 from autograder.sandbox import cgroups
+from autograder.verdict import record as stored
 from autograder.verdict.learner import Learner, gpu_memory_of
 from autograder.verdict.suites import checks
 from autograder.verdict.suites import test_attention as attention
@@ -283,10 +284,7 @@ def graded_class(grading_dir: Path, timeout: float, per: int) -> dict:
             lost = "; ".join(f"{name} {c['score']}/{c['points']:g}{' (flagged)' if c['flagged'] else ''}: "
                              f"{c['comment'][:160]}" for name, c in cells.items() if c["score"] != c["points"])
             say(f"    {learner:8s} {got:g}/{total:g}  {about}" + (f"\n             lost: {lost}" if lost else ""))
-    record = {}
-    nb = grading_dir / "autograded" / "ref" / "attention" / "attention.ipynb"
-    if nb.exists():
-        record = json.loads(nb.read_text()).get("metadata", {}).get("autograder", {})
+    record = stored.load(stored.path(grading_dir, "ref", "attention", "attention")) or {}
     n = sum(len(v) for v in CLASS.values())
     say(f"  {n} notebooks in {wall:.0f} s ({wall / n:.1f} s a notebook, {len(asgs)} assignments at once, {per} Dask "
         f"workers each); protections of a graded notebook: {record.get('protections')}; notes: {record.get('notes')}")

@@ -16,11 +16,9 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import nbformat
-
 from autograder.authoring import variants
 from autograder.classroom import grade  # noqa: E402
-from autograder.verdict.record import record  # noqa: E402
+from autograder.verdict import record  # noqa: E402
 
 
 def profile_once(assignment: str) -> dict:
@@ -33,8 +31,7 @@ def profile_once(assignment: str) -> dict:
         total = time.perf_counter() - t0
         if r.returncode:
             raise SystemExit(f"{assignment}: autograde failed:\n{r.stderr[-3000:]}")
-        nb = nbformat.read(str(d / "autograded" / "reference" / assignment / f"{assignment}.ipynb"), as_version=4)
-    rec = record(nb)
+        rec = record.load(record.path(d, "reference", assignment, assignment)) or {}
     p = rec.get("profile", {})
     row = {"total": total, "notebook run": rec.get("execute_s", 0.0), "suite": p.get("suite_s", 0.0),
            "suite start": p.get("process_start_s", 0.0), "imports+collect": p.get("collect_s", 0.0)}

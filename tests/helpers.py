@@ -1,6 +1,6 @@
 """What the project's tests share: the course's paths and assignments, its secrets and the search for them, the
-browser's settings, a polled measure of processes' memory, a learner's check() run in a real kernel, and grade books
-read as the LMS that imports them reads them."""
+browser's settings, text full of markdown's marks, a polled measure of processes' memory, a learner's check() run in
+a real kernel, and grade books read as the LMS that imports them reads them."""
 import csv
 import importlib.util
 import io
@@ -30,6 +30,9 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 # The trusted processes: nbgrader's, and the hidden suite's (a warm suite server and the processes forked from it,
 # or one process per learner).
 SUITE = ("autograder.verdict.suite_server", "autograder.verdict.hidden")
+# Markdown's special characters (escape, emphasis, code, link, heading): text read back from a rendering would come
+# back escaped or changed; read from the record, it is these characters.
+MARKS = r"a \ b: (c) *d* _e_ `f` [g](h) # i"
 
 
 def all_variants():

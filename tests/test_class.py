@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 
-import nbformat
 import pytest
 
 from autograder.authoring import variants
@@ -261,11 +260,14 @@ def test_a_lock_error_is_graded_again(tmp_path, monkeypatch):
 
 
 def test_other_errors_are_not_retried(tmp_path, monkeypatch):
+    """Nor are they the learner's: the submission holds a notebook, so whatever stopped nbgrader is the grader's."""
+    grade.submit(tmp_path, "ada", ASG, b"{}")
     fake, calls = _fake_autograde([("Traceback (most recent call last):\n  File \"x\", line 1\n"
                                     "ValueError: something else\n", 1)])
     monkeypatch.setattr(classgrade.grade, "autograde", fake)
     o = classgrade.autograde_learner(str(tmp_path), ASG, "ada", "sqlite:///x.db", retries=2)
     assert not o["ok"] and o["attempts"] == 1 and o["reason"] == "exit code 1: ValueError: something else"
+    assert o["kind"] == grade.GRADER_ERROR
 
 
 def test_a_learner_over_time_is_stopped_with_its_process_tree(tmp_path, monkeypatch):
@@ -315,17 +317,14 @@ def test_a_learner_stopped_over_time_leaves_no_sandbox_behind(tmp_path, monkeypa
 
 
 def test_the_report_counts_the_verdicts_as_recorded(tmp_path):
-    """Diagnoses come from the record in the autograded notebook, whole: one holding "; " stays one; what the grader
-    had to repair in the notebook is a grading note, not a misconception."""
+    """Diagnoses come from the grading's stored record, whole: one holding "; " stays one; what the grader had to
+    repair in the notebook is a grading note, not a misconception."""
     a = "the scores are divided by d; divide by sqrt(d)"
     verdict = record.Verdict("rope_tests", 4.0, 1.0, checks=[record.Check("values", 1, False, a),
                                                              record.Check("shape", 1, True)])
-    nb = nbformat.v4.new_notebook()
-    nb.metadata[record.RECORD] = {**record.Grading({"rope_tests": verdict}).to_dict(),
-                                  "notes": ["graded without: x"], "problems": ["your file was repaired"]}
-    path = tmp_path / "autograded" / "ann" / ASG / f"{ASG}.ipynb"
-    path.parent.mkdir(parents=True)
-    nbformat.write(nb, str(path))
+    record.store(record.path(tmp_path, "ann", ASG, ASG), {**record.Grading({"rope_tests": verdict}).to_dict(),
+                                                          "notes": ["graded without: x"],
+                                                          "problems": ["your file was repaired"]})
     rows = [grade.CellScore("ann", ASG, "rope_tests", 1.0, 4.0, "ignored: the comment is not re-read")]
     diagnoses, flags, notes = report.class_diagnoses(tmp_path, rows)
     assert [(d["diagnosis"], d["who"]) for d in diagnoses] == [(a, ["ann"])] and flags == []
@@ -355,12 +354,8 @@ def test_the_report_counts_each_misconception_once(tmp_path):
 
 
 def _graded(tmp_path, learner: str, *verdicts: record.Verdict):
-    """An autograded notebook of `learner` holding the record of these verdicts."""
-    nb = nbformat.v4.new_notebook()
-    nb.metadata[record.RECORD] = record.Grading({v.grade_id: v for v in verdicts}).to_dict()
-    path = tmp_path / "autograded" / learner / ASG / f"{ASG}.ipynb"
-    path.parent.mkdir(parents=True)
-    nbformat.write(nb, str(path))
+    """The stored record of `learner`'s grading, holding these verdicts."""
+    record.store(record.path(tmp_path, learner, ASG, ASG), record.Grading({v.grade_id: v for v in verdicts}).to_dict())
 
 
 def test_the_report_says_what_to_reteach_and_who_waits(tmp_path):
@@ -410,18 +405,31 @@ def test_the_report_says_what_to_reteach_and_who_waits(tmp_path):
     assert "4 learners graded (1 waiting for a manual grade, 1 late), 0 not graded." in page
 
 
-def test_a_failure_is_a_grader_error_unless_nothing_was_submitted():
-    """The kind comes from the grader's own lines: a quoted sandbox line that names a fault counts for nothing."""
+def test_a_failure_is_a_grader_error_unless_nothing_was_submitted(tmp_path):
+    """The kind comes from the grading's stored record and the submission folder, never from a log: a record of this
+    run that says the grader could not grade is a grader error whatever the log says; a submission without a notebook
+    and no such record is not graded; a record older than the run, or one of a grading done, counts for nothing."""
     nothing = "[AutogradeApp | ERROR] No notebooks were matched by '/x/submitted/lost/a/*.ipynb'\n"
-    fault = ("Traceback (most recent call last):\n  File \"x\", line 1\n"
-             "autograder.verdict.record.GraderFault: grader fault (not the learner's): the hidden suite did not "
-             "finish in time\n")
-    quoted = "[AutogradeApp | WARNING] the sandbox's stderr:\n    | autograder.verdict.record.GraderFault: forged\n"
-    assert classgrade.failure_kind(nothing, stopped=False) == grade.NOT_GRADED
-    assert classgrade.failure_kind(nothing + quoted, stopped=False) == grade.NOT_GRADED
-    assert classgrade.failure_kind(nothing, stopped=True) == grade.GRADER_ERROR
-    assert classgrade.failure_kind(fault, stopped=False) == grade.GRADER_ERROR
-    assert classgrade.failure_kind("ValueError: something else\n", stopped=False) == grade.GRADER_ERROR
-    reason, _ = classgrade.failure_reason(quoted + fault, 1)
+    forged = "[AutogradeApp | WARNING] the sandbox's stderr:\n    | autograder.verdict.record.GraderFault: forged\n"
+    fault = "GraderFault: grader fault (not the learner's): the hidden suite did not finish in time\nits log: ..."
+    assert classgrade.failure_kind(None, submitted=False, stopped=False) == grade.NOT_GRADED
+    assert classgrade.failure_kind(None, submitted=False, stopped=True) == grade.GRADER_ERROR
+    assert classgrade.failure_kind(fault, submitted=False, stopped=False) == grade.GRADER_ERROR
+    assert classgrade.failure_kind(None, submitted=True, stopped=False) == grade.GRADER_ERROR
+    assert classgrade.failure_reason(nothing + forged, 1) == ("exit code 1: No notebooks were matched by "
+                                                              "'/x/submitted/lost/a/*.ipynb'", [
+                                                                  "No notebooks were matched by "
+                                                                  "'/x/submitted/lost/a/*.ipynb'"])
+    reason, _ = classgrade.failure_reason(nothing + forged, 1, fault)
     assert reason == ("exit code 1: GraderFault: grader fault (not the learner's): the hidden suite did not finish "
                       "in time")
+    assert not classgrade.has_notebook(tmp_path, ASG, "ann")
+    grade.submit(tmp_path, "ann", ASG, b"{}")
+    assert classgrade.has_notebook(tmp_path, ASG, "ann")
+    assert classgrade.recorded_fault(tmp_path, ASG, "ann", since=0.0) is None
+    where = record.path(tmp_path, "ann", ASG, ASG)
+    record.store(where, record.Grading({}, fault=fault).to_dict())
+    assert classgrade.recorded_fault(tmp_path, ASG, "ann", since=0.0) == fault
+    assert classgrade.recorded_fault(tmp_path, ASG, "ann", since=time.time() + 60) is None     # an earlier run's
+    record.store(where, record.Grading({}).to_dict())
+    assert classgrade.recorded_fault(tmp_path, ASG, "ann", since=0.0) is None

@@ -5,14 +5,16 @@ a hidden-suite folder whose suite does not compile or hangs (`suites_dir`), a wo
 start with the configured threads (`threads = 0`), a sandbox that cannot start under its process limit
 (`processes = 1`).  Through the real `nbgrader autograde`, each must fail that learner's grading the
 way nbgrader fails: the command exits non-zero, no score is recorded, the autograded notebook is
-removed, no feedback is written, and the log names the fault with the sandbox's or the worker's stderr;
-`autograder.classroom.classgrade` lists it as a grader error, apart from a submission with nothing to grade.
+removed, no feedback is written, the log names the fault with the sandbox's or the worker's stderr, and the
+grading's stored record says it could not grade, and why; `autograder.classroom.classgrade` lists it as a grader
+error, from that record, apart from a submission with nothing to grade.
 A learner whose every call hangs is stopped at the budget and graded (the learner's doing), and a
 worker that sends a frame of 1 GiB is refused without reading it.
 """
 import csv
 import io
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -28,7 +30,7 @@ from autograder import config
 from autograder.authoring import variants
 from autograder.classroom import classgrade, grade
 from autograder.inside import protocol
-from autograder.verdict import hidden
+from autograder.verdict import hidden, record
 
 pytestmark = pytest.mark.xdist_group("faults")
 ASG = "positional_encoding"
@@ -89,9 +91,24 @@ def test_a_grader_fault_fails_the_grading_visibly(faults, learner):
     if stderr:                       # the failing sandbox's or worker's own words, in the grading log
         assert stderr in log, log[-5000:]
     assert not (d / "autograded" / learner / ASG / f"{ASG}.ipynb").exists(), "nbgrader kept the failed notebook"
+    rec = record.load(record.path(d, learner, ASG, ASG))
+    assert rec is not None and rec["gradable"] is False and fault in rec["fault"] and not rec["verdicts"], rec
     rows = [row for row in grade.scores(d, [ASG]) if row.learner == learner]
     assert all(row.score is None for row in rows), [(row.cell, row.score) for row in rows]
     print(f"\n{learner}: {classgrade.failure_reason(log, r.returncode)[0]}")
+
+
+def test_the_report_says_a_fault_from_the_record(faults):
+    """The class report alone (no classgrade to tell it who failed) reads each grading's record: a learner the grader
+    could not grade has no total and says why, never a zero of theirs."""
+    from autograder.classroom import report
+
+    d, injected, _, _ = faults
+    files = report.build(d, ASG, out=d / "report-alone")
+    rows = {r["learner"]: r for r in csv.DictReader(open(files["scores"]))}
+    for learner, (_, fault, _) in injected.items():
+        assert rows[learner]["total"] == "", rows[learner]
+        assert rows[learner]["status"].startswith("grader error: GraderFault: ") and fault in rows[learner]["status"]
 
 
 def test_no_feedback_for_a_grading_that_failed(faults):
@@ -101,9 +118,13 @@ def test_no_feedback_for_a_grading_that_failed(faults):
 
 
 def test_classgrade_lists_grader_errors_apart(faults):
-    """Through Dask: a broken suite is a grader error with its log; a folder without the notebook is not."""
+    """Through Dask: a broken suite is a grader error, as its grading's record says, with its log; a folder without the
+    notebook is not, though an earlier grading left a record that says the grader could not grade it."""
     d, injected, _, _ = faults
     grade.submit(d, "lost", ASG, None)
+    earlier = record.path(d, "lost", ASG, ASG)
+    record.store(earlier, record.Grading({}, fault="GraderFault: an earlier run's").to_dict())
+    os.utime(earlier, (time.time() - 3600, time.time() - 3600))
     env, fault, _ = injected["suite_broken"]
     out = io.StringIO()
     result = classgrade.grade_class(ASG, d, workers=1, learners=["suite_broken", "lost"], env=env, out=out,
@@ -115,7 +136,7 @@ def test_classgrade_lists_grader_errors_apart(faults):
     assert by["lost"].kind == grade.NOT_GRADED and "No notebooks were matched" in by["lost"].reason, text
     errors, others = text.split("grader errors, not the learners' doing")[1].split("not graded, nothing to grade")
     assert "suite_broken: exit code 1: GraderFault:" in errors and f"log: {by['suite_broken'].log}" in errors, text
-    assert "lost: exit code 1: No notebooks were matched" in others, text
+    assert "lost: exit code 1: No notebooks were matched" in others and "earlier run" not in text, text
     rows = {r["learner"]: r for r in csv.DictReader(open(d / "report" / ASG / "scores.csv"))}
     assert rows["suite_broken"]["status"].startswith("grader error: exit code 1: GraderFault:"), rows
     assert rows["suite_broken"]["total"] == "" and rows["lost"]["status"].startswith("not graded: ")
@@ -145,6 +166,8 @@ def test_a_learner_whose_every_call_hangs_is_stopped_at_the_budget(tmp_path):
     assert {c: rows[c].score for c in CELLS} == {c: 0.0 for c in CELLS}
     comments = " ".join(rows[c].comment or "" for c in CELLS)
     assert "the time for grading your notebook ran out" in comments, comments
+    rec = record.load(record.path(d, "spinner", ASG, ASG))
+    assert rec is not None and rec["gradable"] is True and rec["fault"] is None, rec
 
 
 # -- a frame of 1 GiB -----------------------------------------------------------------------------------

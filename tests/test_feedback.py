@@ -21,11 +21,11 @@ from pathlib import Path
 import nbformat
 import pytest
 from attacks import FLOOD, HEAVY
-from helpers import CHROMIUM, CHROMIUM_ARGS, SUITE, peak_memory
+from helpers import CHROMIUM, CHROMIUM_ARGS, MARKS, SUITE, peak_memory
 
 from autograder.authoring import variants
 from autograder.classroom import grade
-from autograder.verdict.record import Grading, record
+from autograder.verdict import record
 
 pytestmark = pytest.mark.xdist_group("feedback")
 ASG = "positional_encoding"
@@ -235,6 +235,65 @@ def test_the_feedback_agrees_with_the_instructor_s_score(graded, tmp_path):
         assert "graded without" not in page.read_text(), page
 
 
+def test_every_consumer_reads_the_record_not_the_text(graded, tmp_path):
+    """The stored record is the one thing read. A copy of a real grading whose record is rewritten, so that no rendered
+    text (the autograded notebook, the gradebook's comments) holds what it now says: notes, a diagnosis and a flag
+    full of markdown's marks, and a score of 1 where the gradebook holds 4. The check service's answer, the class
+    report, the feedback (with a score the instructor gave) and, once the record names a fault, classgrade's decision
+    and the report's status give back the record's words byte for byte."""
+    import shutil
+
+    from nbgrader.api import Gradebook
+
+    from autograder.classroom import classgrade, report
+    from autograder.service.grading import answer_of
+
+    d = tmp_path / "grading"
+    shutil.copytree(graded[0], d, ignore=shutil.ignore_patterns("feedback"))
+    where = record.path(d, "normal", ASG, ASG)
+    rec = record.load(where)
+    assert rec is not None and rec["gradable"]
+    grading = record.Grading.from_dict(rec)
+    rope, alibi = grading.verdicts["rope_tests"], grading.verdicts["alibi_bias_tests"]
+    rope.score, rope.notes = 1.0, [f"rec-note {MARKS}"]
+    rope.checks[0].passed, rope.checks[0].diagnosis = False, f"rec-seen {MARKS}"
+    alibi.status, alibi.notes = record.FLAGGED, [f"rec-flag {MARKS}"]
+    record.store(where, {**rec, **grading.to_dict(), "notes": [f"rec-grading {MARKS}"],
+                         "problems": [f"rec-repair {MARKS}"]})
+    rendered = (d / "autograded" / "normal" / ASG / f"{ASG}.ipynb").read_text()
+    comments = " ".join(row.comment or "" for row in grade.scores(d, [ASG]) if row.learner == "normal")
+    assert "rec-" not in rendered + comments
+
+    answer = answer_of(record.load(where))
+    assert answer["notes"] == [f"rec-repair {MARKS}", f"rec-grading {MARKS}"], answer["notes"]
+    cell = next(c for c in answer["cells"] if c["cell"] == "rope_tests")
+    assert cell["score"] == 1.0 and cell["text"] == rope.text(), cell
+    lines = cell["text"].splitlines()
+    assert f"  note: rec-note {MARKS}" in lines and any(x.endswith(f": rec-seen {MARKS}") for x in lines), lines
+
+    files = report.build(d, ASG, out=tmp_path / "report")
+    assert files["notes"][f"rec-grading {MARKS}"] == 1 and files["notes"][f"rec-repair {MARKS}"] == 1, files["notes"]
+    assert ("alibi_bias_tests", f"rec-flag {MARKS}") in files["flags"], files["flags"]
+    said = [diagnosis.split(" | ") for (c, diagnosis) in files["counts"] if c == "rope_tests"]
+    assert [f"rec-note {MARKS}", f"rec-seen {MARKS}"] in [sorted(x) for x in said], said
+    assert html.escape(f"rec-seen {MARKS}") in Path(files["html"]).read_text()
+
+    with Gradebook(grade.db_url(d)) as gb:
+        gb.find_grade("rope_tests", ASG, ASG, "normal").manual_score = 2.0
+        gb.db.commit()
+    f = grade.feedback(d, ASG, capture_output=True, text=True)
+    assert f.returncode == 0, f.stderr[-3000:]
+    shown = html.unescape(_page(d, "normal").read_text())
+    assert "rope_tests: 2 / 4 points (given by your instructor; the grader's automatic score: 1)" in shown
+    assert f"  note: rec-note {MARKS}" in shown and f": rec-seen {MARKS}" in shown, shown[-3000:]
+
+    record.store(where, record.Grading({}, fault=f"GraderFault: {MARKS}\nthe rest of its log").to_dict())
+    assert classgrade.recorded_fault(d, ASG, "normal", since=0.0) == f"GraderFault: {MARKS}\nthe rest of its log"
+    assert classgrade.failure_reason("", 1, classgrade.recorded_fault(d, ASG, "normal", since=0.0))[0] == \
+        f"exit code 1: GraderFault: {MARKS}"
+    assert report.recorded_failures(d, ASG, ["normal"]) == {"normal": f"grader error: GraderFault: {MARKS}"}
+
+
 def test_a_page_says_each_failure_once_and_runs_no_script(graded):
     """The page is tens of kilobytes and holds no script (its math is typeset ahead, as SVG); it leaves out the
     `check()` cell (the course's code, the same for everyone); each failed check of a graded cell is said once, in the
@@ -252,8 +311,7 @@ def test_a_page_says_each_failure_once_and_runs_no_script(graded):
 
 def _said_once(d, learner: str, cell: str, page: str) -> bool:
     """Whether the page says each failure the grading recorded for `cell` exactly once."""
-    nb = nbformat.read(str(d / "autograded" / learner / ASG / f"{ASG}.ipynb"), as_version=4)
-    failed = Grading.from_dict(record(nb)).verdicts[cell].failed
+    failed = record.Grading.from_dict(record.load(record.path(d, learner, ASG, ASG)) or {}).verdicts[cell].failed
     text = html.unescape(page)
     assert failed, f"{learner}'s {cell} failed nothing"
     return all(text.count(diagnosis) == 1 for diagnosis in failed)

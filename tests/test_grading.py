@@ -98,17 +98,17 @@ def test_no_hidden_test_name_reaches_a_learner(graded_class):
 
 
 def test_the_record_says_what_was_applied(graded_class):
-    """Each autograded notebook records the protections its sandbox applied, read while the sandbox existed: on a
+    """Each grading's stored record holds the protections its sandbox applied, read while the sandbox existed: on a
     machine that gives them all, every one is there, and no note says a grading went without one."""
     from autograder.sandbox import box
-    from autograder.verdict.record import RECORD
+    from autograder.verdict import record
 
     if box.missing_protections():
         pytest.skip(f"this machine lacks {box.missing_protections()}")
     d, _, _ = graded_class
     for learner in roster():
-        nb = nbformat.read(str(d / "autograded" / learner / ASG / f"{ASG}.ipynb"), as_version=4)
-        rec = nb.metadata[RECORD]
+        rec = record.load(record.path(d, learner, ASG, ASG))
+        assert rec is not None and rec["gradable"], learner
         assert rec["protections"] and all(rec["protections"].values()), (learner, rec["protections"])
         assert not [n for n in rec.get("notes", []) if "graded without" in n], (learner, rec.get("notes"))
 

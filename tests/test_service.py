@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
-from helpers import CHROMIUM, CHROMIUM_ARGS, leaks, run_check_cell, suite_lines
+from helpers import CHROMIUM, CHROMIUM_ARGS, MARKS, leaks, run_check_cell, suite_lines
 
 from autograder import ROOT
 from autograder.authoring import variants
@@ -30,7 +30,7 @@ from autograder.notebooks import graded_cells
 from autograder.service.fair import Admission, FairQueue, RateLimit, Refusal
 from autograder.service.local import LocalService, RawCheck
 from autograder.service.roster import Roster, new_roster
-from autograder.verdict.record import Grading, record
+from autograder.verdict import record
 
 ASG = "positional_encoding"
 pytestmark = pytest.mark.xdist_group("service")
@@ -43,6 +43,9 @@ SCRIPTED_ROPE = '''def rope(x, base=10000.0):
 KILLING_ROPE = """def rope(x, base=10000.0):
     import os, signal
     os.kill(os.getpid(), signal.SIGKILL)
+"""
+MARKED_ROPE = f"""def rope(x, base=10000.0):
+    raise ValueError({MARKS!r})
 """
 FORMULA = '=HYPERLINK("http://example.com")'
 LEARNER_TIMEOUT = {"GRADER_LEARNER_BUDGET": "30", "GRADER_GRACE": "5"}    # learner_timeout: 30 + 2 x 5 = 40 s
@@ -96,7 +99,7 @@ def test_a_check_gives_what_autograde_gives(service, tmp_path):
     grade.submit(d, "ada", ASG, variants.submission(ASG))
     assert grade.autograde(d, ASG, capture_output=True).returncode == 0
     graded = nbformat.read(str(d / "autograded" / "ada" / ASG / f"{ASG}.ipynb"), as_version=4)
-    batch = Grading.from_dict(record(graded)).verdicts
+    batch = record.Grading.from_dict(record.load(record.path(d, "ada", ASG, ASG)) or {}).verdicts
     assert [(c["cell"], c["text"]) for c in answer["cells"]] == [(g, batch[g].text()) for g in graded_cells(graded)]
     assert grade.feedback(d, ASG, capture_output=True).returncode == 0
     page = (d / "feedback" / "ada" / ASG / f"{ASG}.html").read_text()
@@ -498,6 +501,16 @@ def test_notes_reach_the_learner_as_plain_text(service):
     note = "your notebook holds the cell sinusoidal_encoding more than once (a copied cell keeps its grading id)"
     assert any(n.startswith(note) for n in answer["notes"]), answer["notes"]
     assert f"Grader note: {note}" in answer["text"] and "\\" not in answer["text"], answer["text"]
+
+
+def test_a_learner_s_words_come_back_as_written(service):
+    """A rope whose error is full of markdown's marks: the answer says it byte for byte, in the verdict's text and in
+    the whole answer's, as the grading's record holds it (nothing rendered is read back, escaped or not)."""
+    status, answer = service.check("jo", variants.submission(ASG, {"rope": MARKED_ROPE}), ASG)
+    assert status == 200, answer
+    rope = next(c for c in answer["cells"] if c["cell"] == "rope_tests")
+    said = f"your code raised ValueError: {MARKS}"
+    assert rope["score"] < 4 and said in rope["text"] and said in answer["text"], rope["text"]
 
 
 def test_the_service_answers_while_it_warms_up(service):

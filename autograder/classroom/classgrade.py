@@ -28,11 +28,10 @@ from autograder import config
 from autograder.authoring.release import nbgrader
 from autograder.classroom import grade
 from autograder.sandbox.box import sweep
+from autograder.verdict import record
 
 DEFAULT_RETRIES = 2
 GRADER, SUBMISSION = grade.GRADER_ERROR, grade.NOT_GRADED       # the two kinds of failure
-GRADER_FAULT = re.compile(r"\bGraderFault: (.*)")
-NOTHING_SUBMITTED = re.compile(r"No notebooks were matched")
 LOCK_ERROR = re.compile(r"database is locked|database table is locked|deadlock detected|"
                         r"could not serialize access|could not obtain lock", re.I)
 _GENERIC = ("There was an error processing assignment", "Please see the the above traceback",
@@ -169,8 +168,9 @@ class _Watchdog:
         self._timer.cancel()
 
 
-def failure_reason(log_text: str, returncode: int | None) -> tuple[str, list[str]]:
-    """(a one-line reason, the last error lines) of a failed nbgrader run, from its log."""
+def failure_reason(log_text: str, returncode: int | None, fault: str | None = None) -> tuple[str, list[str]]:
+    """(a one-line reason, the last error lines) of a failed nbgrader run: the grader's fault as its record says it,
+    else what nbgrader logged."""
     lines = [line.rstrip() for line in log_text.splitlines() if line.strip()]
     logged = [_LOGGED.sub("", line).strip() for line in lines if _LOGGED.match(line)]
     logged = [m for m in logged if m and not m.startswith("Traceback")]
@@ -183,9 +183,8 @@ def failure_reason(log_text: str, returncode: int | None) -> tuple[str, list[str
         code = f"killed by signal {-returncode}"
     else:
         code = f"exit code {returncode}"
-    faults = grader_faults(log_text)
-    if faults:
-        detail = f"GraderFault: {faults[-1]}"
+    if fault:
+        detail = fault.strip().splitlines()[0]
     elif exceptions:
         detail = exceptions[-1]
     elif specific or logged:
@@ -195,16 +194,26 @@ def failure_reason(log_text: str, returncode: int | None) -> tuple[str, list[str
     return f"{code}: {detail[:300]}", errors
 
 
-def grader_faults(log_text: str) -> list[str]:
-    """The faults the grader named in a log (`GraderFault: ...`), not counting the lines it quotes from a sandbox
-    (marked `|`), which a learner's code may have written."""
-    return [m.group(1) for line in log_text.splitlines()
-            if (m := GRADER_FAULT.search(line)) and not line.lstrip().startswith("|")]
+def recorded_fault(grading_dir: Path, assignment: str, learner: str, since: float) -> str | None:
+    """The fault a record stored since `since` (time.time()) for the learner's assignment names: the grader could not
+    grade a notebook of it (autograder.verdict.record); None when no such record says so."""
+    for path in sorted(record.path(grading_dir, learner, assignment, assignment).parent.glob("*.json")):
+        rec = record.load(path) if path.stat().st_mtime >= since - 1 else None
+        grading = record.Grading.from_dict(rec) if rec is not None else None
+        if grading is not None and not grading.gradable:
+            return grading.fault
+    return None
 
 
-def failure_kind(log_text: str, stopped: bool) -> str:
-    """GRADER unless the submission explains the failure (nothing to grade) and the grader named no fault."""
-    if stopped or grader_faults(log_text) or not NOTHING_SUBMITTED.search(log_text):
+def has_notebook(grading_dir: Path, assignment: str, learner: str) -> bool:
+    """Whether the learner's submission folder holds a notebook for nbgrader to grade."""
+    return any(grade.submitted_path(grading_dir, learner, assignment).parent.glob("*.ipynb"))
+
+
+def failure_kind(fault: str | None, submitted: bool, stopped: bool) -> str:
+    """GRADER unless the submission explains the failure: it holds no notebook, and the grading was neither stopped nor
+    recorded as one the grader could not do. Nothing of a log counts: a learner's code may write anything there."""
+    if stopped or fault is not None or submitted:
         return GRADER
     return SUBMISSION
 
@@ -224,7 +233,7 @@ def autograde_learner(grading_dir: Path | str, assignment: str, learner: str, ur
     attempt = 0
     while True:
         attempt += 1
-        start = log.stat().st_size
+        start, began = log.stat().st_size, time.time()
         with open(log, "a") as f:
             f.write(f"== nbgrader autograde {assignment} --student={learner} (attempt {attempt})\n")
             f.flush()
@@ -240,18 +249,16 @@ def autograde_learner(grading_dir: Path | str, assignment: str, learner: str, ur
         if r.returncode == 0 and not watchdog.fired:
             return asdict(Outcome(learner, True, 0, seconds, attempt, log=str(log)))
         errors: list[str]
+        fault = recorded_fault(grading_dir, assignment, learner, began)
         if watchdog.fired:
             reason, errors = f"did not finish within {timeout:g} s and was stopped", []
         elif LOCK_ERROR.search(text) and attempt <= retries:
             time.sleep(min(30.0, 2.0 ** attempt) * random.uniform(0.5, 1.5))
             continue
         else:
-            reason, errors = failure_reason(text, r.returncode)
-        return asdict(Outcome(learner, False, r.returncode, seconds, attempt, reason, errors, str(log),
-                              failure_kind(text, watchdog.fired)))
-
-
-ERROR_FOR = "There was an error processing assignment '{}' for student '([^']+)'"
+            reason, errors = failure_reason(text, r.returncode, fault)
+        kind = failure_kind(fault, has_notebook(grading_dir, assignment, learner), watchdog.fired)
+        return asdict(Outcome(learner, False, r.returncode, seconds, attempt, reason, errors, str(log), kind))
 
 
 def _sections(text: str, assignment: str, learners: list[str]) -> dict[str, str]:
@@ -274,9 +281,10 @@ def autograde_learners(grading_dir: Path | str, assignment: str, learners: list[
                        timeout: float | None = None, retries: int = DEFAULT_RETRIES, extra: tuple = (),
                        env: dict | None = None) -> list[dict]:
     """The Dask task for a group of learners: one `nbgrader autograde` for all of them, so that its warm suite
-    process, the kernels it makes ready ahead and nbgrader's own start serve the whole group; a learner whose
-    grading met a lock error, or did not end because the group was stopped, is graded again alone
-    (`autograde_learner`). `timeout` is per learner; the group may take that many times it."""
+    process, the kernels it makes ready ahead and nbgrader's own start serve the whole group; a learner graded is
+    one whose autograded notebook this run wrote (nbgrader removes it when the grading fails), a learner whose
+    stored record says the grader could not grade it is a grader error, and any other is graded again alone
+    (`autograde_learner`), which says why. `timeout` is per learner; the group may take that many times it."""
     if len(learners) == 1:
         return [autograde_learner(grading_dir, assignment, learners[0], url, timeout, retries, extra, env)]
     timeout = timeout or config.course().learner_timeout
@@ -298,7 +306,6 @@ def autograde_learners(grading_dir: Path | str, assignment: str, learners: list[
             watchdog.cancel()
     text = log.read_text(errors="replace")
     share = round((time.monotonic() - t0) / len(learners), 2)
-    failed = set(re.findall(ERROR_FOR.format(re.escape(assignment)), text))
     sections = _sections(text, assignment, learners)
     outcomes = []
     for learner in learners:
@@ -306,15 +313,15 @@ def autograde_learners(grading_dir: Path | str, assignment: str, learners: list[
         section = sections[learner]
         own = log_path(grading_dir, assignment, learner)
         own.write_text(f"== part of {log.name}\n{section}\n")
-        if done.exists() and done.stat().st_mtime >= began - 1 and learner not in failed:
+        fault = recorded_fault(grading_dir, assignment, learner, began)
+        if done.exists() and done.stat().st_mtime >= began - 1 and fault is None:
             outcomes.append(asdict(Outcome(learner, True, 0, share, log=str(own))))
-        elif watchdog.fired or learner not in failed or LOCK_ERROR.search(section):
-            # stopped with its group, not graded without a word from nbgrader, or a lock: on its own again
-            outcomes.append(autograde_learner(str(grading_dir), assignment, learner, url, timeout, retries, extra, env))
+        elif fault is not None and not watchdog.fired and not LOCK_ERROR.search(section):
+            reason, errors = failure_reason(section, r.returncode, fault)
+            outcomes.append(asdict(Outcome(learner, False, r.returncode, share, 1, reason, errors, str(own), GRADER)))
         else:
-            reason, errors = failure_reason(section, r.returncode)
-            outcomes.append(asdict(Outcome(learner, False, r.returncode, share, 1, reason, errors, str(own),
-                                           failure_kind(section, False))))
+            # stopped with its group, not reached, a lock, or another failure of nbgrader's: on its own again
+            outcomes.append(autograde_learner(str(grading_dir), assignment, learner, url, timeout, retries, extra, env))
     return outcomes
 
 

@@ -7,7 +7,8 @@ Read from the gradebook (GRADEBOOK_URL, else the grading folder's SQLite file) a
 
 - `scores.csv`     one row per learner: each graded cell's score, the total (before any late penalty), the points,
                    how late and the penalty, the status (`graded`, `waiting for manual grading`: the total is
-                   provisional, `grader error: <reason>` or `not graded: <reason>`: no total);
+                   provisional, `grader error: <reason>`, which a stored record that says the grader could not
+                   grade gives too, or `not graded: <reason>`: no total);
 - `diagnoses.csv`  the misconceptions, most learners first, then most points lost: a graded cell's mistake (its
                    diagnoses, numbers aside), who made it, the points it cost, the book's section that teaches it;
 - `histogram.png`  the histogram of total scores;
@@ -15,8 +16,8 @@ Read from the gradebook (GRADEBOOK_URL, else the grading folder's SQLite file) a
                    grader's doubt, not a mistake) and the grading notes; the book linked where `c.BookLinks.url` says
                    it is published, else in `_build/html`.
 
-All comes from the grading record each autograded notebook holds (`autograder.verdict.record.Grading`), never from
-re-reading the text of a comment.
+All comes from the gradebook's scores and the record stored for each graded notebook (`autograder.verdict.record`),
+never from re-reading the text of a comment or of an autograded notebook.
 """
 from __future__ import annotations
 
@@ -39,16 +40,22 @@ from autograder.classroom import grade
 from autograder.notebooks import is_graded_test, nbgrader_meta
 from autograder.pipeline.export import csv_cell
 from autograder.pipeline.feedback import LOCAL_BOOK
-from autograder.verdict.record import FLAGGED, Grading, record
+from autograder.verdict import record
+from autograder.verdict.record import FLAGGED, Grading
 
 
 def learner_record(grading_dir: Path, assignment: str, learner: str) -> dict:
-    """The grading record of a learner's autograded notebook ({} when there is none)."""
-    path = Path(grading_dir) / "autograded" / learner / assignment / f"{assignment}.ipynb"
-    try:
-        return record(nbformat.read(str(path), as_version=4))
-    except Exception:  # noqa: BLE001 - no autograded notebook: nothing to count
-        return {}
+    """The stored record of a learner's graded notebook ({} when there is none)."""
+    return record.load(record.path(grading_dir, learner, assignment, assignment)) or {}
+
+
+def recorded_failures(grading_dir: Path, assignment: str, learners: Sequence[str]) -> dict[str, str]:
+    """learner -> `grader error: <fault>` for each learner whose stored record says the grader could not grade their
+    notebook (what the gradebook holds of them is no score of theirs)."""
+    faults = {learner: Grading.from_dict(learner_record(grading_dir, assignment, learner)).fault
+              for learner in learners}
+    return {learner: f"{grade.GRADER_ERROR}: {fault.strip().splitlines()[0]}"
+            for learner, fault in faults.items() if fault}
 
 
 NOT_ANSWERED = "not implemented yet"
@@ -299,6 +306,7 @@ def build(grading_dir: Path, assignment: str, url: str | None = None, failures: 
     out.mkdir(parents=True, exist_ok=True)
     rows = grade.scores(grading_dir, [assignment], url)
     order = cell_order(grading_dir, assignment)
+    failures = {**recorded_failures(grading_dir, assignment, sorted({r.learner for r in rows})), **(failures or {})}
     cells, lines = grade.by_learner(rows, failures, order)
     with open(out / "scores.csv", "w", newline="") as f:
         row = _writer(f)

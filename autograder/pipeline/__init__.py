@@ -28,7 +28,6 @@ from autograder.pipeline.progress import Progress
 from autograder.pipeline.reader import SubmissionReader
 from autograder.pipeline.run import SandboxedExecute
 from autograder.pipeline.score import HiddenSuites
-from autograder.verdict.record import RECORD
 
 
 def configure(c):
@@ -39,8 +38,7 @@ def configure(c):
                                            LimitOutput, SaveGrades, SaveDiagnoses, AssignLatePenalties,
                                            CheckCellMetadata, Progress]
     c.OverwriteCells.add_missing_cells = True
-    c.ClearMetadataPreprocessor.preserve_nb_metadata_mask = {("language_info", "name"), (RECORD,),
-                                                             (submission.PROBLEMS,)}
+    c.ClearMetadataPreprocessor.preserve_nb_metadata_mask = {("language_info", "name"), (submission.PROBLEMS,)}
     c.Autograde.exporter_class = SubmissionReader
     c.ClearSolutions.enforce_metadata = True
     # A graded cell's score is the trusted verdict; nothing the learner prints may change it.

@@ -1,12 +1,16 @@
 """What the pipeline's preprocessors share: the keys they pass one another in nbgrader's resources, the settings
-of a preprocessor (`c.Grader`), and how a note or a sandbox's stderr is shown."""
+of a preprocessor (`c.Grader`), where the record of the notebook being converted is stored, and how a note or a
+sandbox's stderr is shown."""
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import nbformat
 
 from autograder import config
+from autograder.verdict import record
 
 DEADLINE = "grader_deadline"   # resources: when this learner's grading budget ends (time.time())
 LAST = "grader_last"           # resources: no learner follows this one in this nbgrader run
@@ -21,6 +25,21 @@ def note(text: str):
 
 def settings_of(pre) -> config.Settings:
     return config.Grader(parent=pre).settings()
+
+
+def stored(part, resources) -> Path:
+    """Where the record of the notebook that nbgrader converts is stored (autograder.verdict.record.path): `part` is
+    the converter's exporter or one of its preprocessors; the grading folder is the one that holds nbgrader's
+    `autograded` folder."""
+    converter = part
+    while converter is not None and not hasattr(converter, "coursedir"):
+        converter = getattr(converter, "parent", None)
+    if converter is None:
+        raise record.GraderFault("the grading record's place is unknown outside an nbgrader command")
+    cd = converter.coursedir
+    ids = resources["nbgrader"]
+    return record.path(os.path.dirname(os.path.join(cd.root, cd.autograded_directory)), ids["student"],
+                       ids["assignment"], ids["notebook"])
 
 
 def quoted(text: str) -> str:

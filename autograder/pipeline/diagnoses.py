@@ -6,14 +6,14 @@ from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import NbGraderPreprocessor
 
 from autograder.notebooks import TESTS_SUFFIX, nbgrader_meta
-from autograder.verdict.record import FLAGGED, Grading, record
+from autograder.verdict.record import FLAGGED, RECORD, Grading
 
 
 class SaveDiagnoses(NbGraderPreprocessor):
     """Write each verdict as the gradebook comment of the solution cell it scores; flag cells for manual grading."""
 
     def preprocess(self, nb, resources):
-        rec = record(nb)
+        rec = resources.get(RECORD, {})
         grading = Grading.from_dict(rec)
         ids = resources["nbgrader"]
         problems = "; ".join(rec.get("problems", []))

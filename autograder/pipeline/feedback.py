@@ -22,6 +22,9 @@ from traitlets import Bool, Unicode
 
 from autograder import ROOT
 from autograder.notebooks import CHECK_CELL, TESTS_SUFFIX
+from autograder.pipeline.common import stored
+from autograder.pipeline.score import verdict_outputs
+from autograder.verdict import record
 from autograder.verdict.record import GraderFault
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -167,8 +170,12 @@ LOCAL_BOOK = "../../_build/html/"
 
 class FeedbackGrades(GetGrades):
     """nbgrader's `GetGrades`, with each solution cell's comment as the feedback shows it (the instructor's score and
-    comment, in markdown as formgrader offers) and each graded cell's output made to agree with the instructor's
-    score."""
+    comment, in markdown as formgrader offers) and each graded cell's output rendered again from the grading's record
+    when the instructor gave it a score."""
+
+    def preprocess(self, nb, resources):
+        self.grading = record.Grading.from_dict(record.load(stored(self, resources)) or {})
+        return super().preprocess(nb, resources)
 
     def _grade(self, grade_id):
         try:
@@ -191,18 +198,13 @@ class FeedbackGrades(GetGrades):
         cell.metadata.nbgrader["comment"] = "\n\n".join(parts) or None
 
     def _get_score(self, cell, resources):
-        """nbgrader's (the score and points into the cell's metadata), and a graded cell's output written at
-        autograde time made to agree with a score the instructor gave since (its first line and its value)."""
+        """nbgrader's (the score and points into the cell's metadata), and a graded cell whose score the instructor
+        gave since autograde: its verdict and score rendered again from the record, saying the instructor's score (the
+        grader wrote the cell's outputs whole; what it drew of the learner's module stays)."""
         gid = cell.metadata["nbgrader"]["grade_id"]
         graded = self.gradebook.find_grade(gid, self.notebook_id, self.assignment_id, self.student_id)
         cell.metadata.nbgrader["score"], cell.metadata.nbgrader["points"] = graded.score, graded.max_score
-        if graded.manual_score is None:
-            return
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "execute_result" and "text/plain" in out.get("data", {}):
-                out["data"]["text/plain"] = repr(float(graded.score))
-            elif out.get("output_type") == "stream" and out.get("text", "").startswith(f"{gid}: "):
-                rest = out["text"].split("\n", 1)
-                out["text"] = (f"{gid}: {graded.score:g} / {graded.max_score:g} points (given by your instructor; "
-                               f"the grader's automatic score: {graded.auto_score or 0:g})\n"
-                               + (rest[1] if len(rest) > 1 else ""))
+        v = self.grading.verdicts.get(gid)
+        if graded.manual_score is not None and v is not None:
+            drawn = [out for out in cell.get("outputs", []) if out.get("output_type") == "display_data"]
+            cell.outputs = verdict_outputs(v, float(graded.score)) + drawn

@@ -24,7 +24,7 @@ from autograder.pipeline.common import DEADLINE, LAST, STARTED, UNFINISHED, note
 from autograder.pipeline.sanitize import sanitize
 from autograder.sandbox.box import Limits, Sandbox, SandboxUnavailable
 from autograder.verdict import hidden
-from autograder.verdict.record import RECORD, GraderFault, record
+from autograder.verdict.record import RECORD, GraderFault
 
 
 class _Kernels:
@@ -150,8 +150,8 @@ class SandboxedExecute(NbGraderPreprocessor):
             if first_code is not None:
                 first_code.outputs.insert(0, note(f"[grader] {problem}; the outputs below are those recorded "
                                                   "before.\n"))
-        nb.metadata[RECORD] = {**record(nb), "protections": {name: ok for name, ok in sb.protections.items()},
-                               "execute_s": round(time.time() - started, 3)}
+        resources[RECORD] = {"protections": {name: ok for name, ok in sb.protections.items()},
+                             "execute_s": round(time.time() - started, 3)}
         sanitize(nb)
         return nb, resources
 

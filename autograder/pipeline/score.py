@@ -1,7 +1,8 @@
 """`HiddenSuites`: each graded cell scored by its hidden suite (a trusted process; the learner's code in a sandboxed
-worker); the verdict replaces the cell's outputs (the diagnosis as text, the score as a plain float in [0, points],
-which nbgrader's `SaveAutoGrades` records) and is kept once, as data, in the notebook's metadata. A grader fault
-raises: nbgrader records nothing and the command exits non-zero."""
+worker); the verdict replaces the cell's outputs, rendered from it (the diagnosis as text, the score as a plain float
+in [0, points], which nbgrader's `SaveAutoGrades` records), and is kept once, as data, in the grading's record
+(stored by `autograder.pipeline.reader`). A grader fault raises: nbgrader records nothing and the command exits
+non-zero."""
 from __future__ import annotations
 
 import html
@@ -13,7 +14,7 @@ from autograder.notebooks import is_graded_test, nbgrader_meta
 from autograder.pipeline import submission
 from autograder.pipeline.common import DEADLINE, LAST, UNFINISHED, markdown_text, note, quoted, settings_of
 from autograder.verdict import hidden
-from autograder.verdict.record import RECORD, GraderFault, record
+from autograder.verdict.record import RECORD, GraderFault, Verdict
 
 
 class HiddenSuites(NbGraderPreprocessor):
@@ -36,26 +37,31 @@ class HiddenSuites(NbGraderPreprocessor):
             if not is_graded_test(cell):
                 continue
             gid = nbgrader_meta(cell)["grade_id"]
-            v = grading.verdicts[gid]
-            cell.outputs = [note(v.text() + "\n"),
-                            nbformat.v4.new_output("execute_result", data={"text/plain": repr(float(v.score))},
-                                                   execution_count=None)]
+            cell.outputs = verdict_outputs(grading.verdicts[gid])
             if gid in grading.structure:
                 cell.outputs.append(structure_output(grading.structure[gid]))
         grading.structure = {gid: {k: v for k, v in st.items() if k != "html"} for gid, st in grading.structure.items()}
-        rec = record(nb)
+        rec = resources.get(RECORD, {})
         missing = [name for name, ok in rec.get("protections", {}).items() if not ok]
         if missing:                   # the machine's, not the learner's: the log and the class report say so
             self.log.warning("%s graded without: %s", resources["nbgrader"].get("student"), "; ".join(missing))
         notes = list(dict.fromkeys([*(f"graded without: {m}" for m in missing), *grading.notes]))
-        nb.metadata[RECORD] = {**rec, **grading.to_dict(), "notes": notes,
-                               "problems": nb.metadata.get(submission.PROBLEMS, [])}
+        resources[RECORD] = {**rec, **grading.to_dict(), "notes": notes,
+                             "problems": nb.metadata.get(submission.PROBLEMS, [])}
         if grading.notes:
             text = markdown_text("; ".join(dict.fromkeys(grading.notes)))
             nb.cells.insert(0, nbformat.v4.new_markdown_cell(f"**Grader note:** {text}."))
         self.log.info("hidden suite %s: %s", assignment,
                       ", ".join(f"{gid} {v.score:g}/{v.points:g}" for gid, v in grading.verdicts.items()))
         return nb, resources
+
+
+def verdict_outputs(v: Verdict, given: float | None = None) -> list:
+    """A graded cell's outputs rendered from its verdict: the verdict as text, and the score as a plain float (which
+    nbgrader reads); `given`: the score the instructor gave since, which both say instead."""
+    score = v.score if given is None else given
+    return [note(v.text(given) + "\n"),
+            nbformat.v4.new_output("execute_result", data={"text/plain": repr(float(score))}, execution_count=None)]
 
 
 def structure_output(st: dict):

@@ -2,9 +2,9 @@
 in a scratch copy of a grading folder made once per assignment, so that a check never touches the class's
 gradebook or another learner's files; the answer holds the learner's scores and the graded cells' verdicts. The
 commands run in warm graders (autograder.service.warm), which keep the next check's kernel and suite process ready
-as a batch does between learners. The answer is read from the verdict record the grading keeps in the autograded
-notebook (autograder.verdict.record), never from its text or a log; whose fault a failed check is, from what the
-service itself saw: which deadline passed, whose process ended."""
+as a batch does between learners. The answer is read from the verdict record the grading stores
+(autograder.verdict.record), never from the autograded notebook's text or a log; whose fault a failed check is, from
+the record and what the service itself saw: which deadline passed, whose process ended."""
 from __future__ import annotations
 
 import json
@@ -13,13 +13,10 @@ import tempfile
 import threading
 from pathlib import Path
 
-import nbformat
-
 from autograder import config
 from autograder.classroom import grade
-from autograder.notebooks import graded_cells
 from autograder.service.warm import MORE_FOLLOW, Grader, Stopped
-from autograder.verdict.record import Grading, record
+from autograder.verdict import record
 
 
 class NotANotebook(ValueError):
@@ -111,9 +108,9 @@ class Checker:
             grade.submit(d, learner, assignment, body)
             code = self.nbgrader(d, grade.autograde_args(assignment, learner, (MORE_FOLLOW,)))
             graded = d / "autograded" / learner / assignment / f"{assignment}.ipynb"
-            if code != 0 or not graded.exists():      # nbgrader stops on a grader fault, and writes no record
+            if code != 0 or not graded.exists():      # nbgrader stops on a grader fault: no score, no notebook
                 raise Refused(GRADER_FAILED, grader=True)
-            answer = answer_of(nbformat.read(str(graded), as_version=4))
+            answer = answer_of(record.load(record.path(d, learner, assignment, assignment)))
             answer["assignment"] = assignment
             if html:
                 code = self.nbgrader(d, grade.feedback_args(assignment))
@@ -128,17 +125,16 @@ class Checker:
             grader.close()
 
 
-def answer_of(nb) -> dict:
-    """A check's answer from the record of the autograded notebook `nb` (autograder.verdict.record): the scores, each
-    graded cell's verdict as its output says it (in the notebook's order), and the notes (what the grader repaired
-    in the submission, what it could not do), as plain text. A record that names a fault, or lacks a graded cell's
+def answer_of(rec: dict | None) -> dict:
+    """A check's answer from its grading's stored record (autograder.verdict.record): the scores, each graded cell's
+    verdict as its output says it (in the notebook's order, the record's), and the notes (what the grader repaired in
+    the submission, what it could not do), as plain text. No record, one that is not gradable, or one without a
     verdict, is the grader's failure."""
-    rec = record(nb)
-    grading = Grading.from_dict(rec)
-    order = list(graded_cells(nb))
-    if grading.fault or not order or set(order) - set(grading.verdicts):
+    rec = rec or {}
+    grading = record.Grading.from_dict(rec)
+    if not grading.gradable or not grading.verdicts:
         raise Refused(GRADER_FAILED, grader=True)
-    verdicts = [grading.verdicts[gid] for gid in order]
+    verdicts = list(grading.verdicts.values())
     return {"cells": [{"cell": v.grade_id, "text": v.text(), "score": v.score, "points": v.points} for v in verdicts],
             "notes": [str(n) for n in (*rec.get("problems", []), *grading.notes)],
             "total": round(sum(v.score for v in verdicts), 2), "points": sum(v.points for v in verdicts)}

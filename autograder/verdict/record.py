@@ -1,10 +1,15 @@
 """The verdict as data: one hidden test's outcome (`Check`), a graded cell's (`Verdict`), a notebook's (`Grading`),
-kept in the autograded notebook's metadata (`RECORD`), from which the graded cell's output, the gradebook comment,
-the feedback and the class report are all rendered; and the one error that says the grader, not the learner, failed
-(`GraderFault`)."""
+stored once per graded notebook as a JSON file beside nbgrader's folders (`path`, `store`, `load`), whether the
+grader could grade it or not (`gradable`, with the fault); the graded cell's output, the gradebook comment, the
+feedback, the check service's answer, classgrade's decision and the class report are all rendered from it, and
+nothing reads their text back; and the one error that says the grader, not the learner, failed (`GraderFault`)."""
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 
 class GraderFault(RuntimeError):
@@ -13,13 +18,32 @@ class GraderFault(RuntimeError):
 
 
 GRADED, FLAGGED = "graded", "needs manual grading"
-RECORD = "autograder"          # notebook metadata: the grading's record (Grading.to_dict, protections, notes)
+RECORD = "autograder"          # the record of the notebook being graded, in nbgrader's resources while it is graded
+FOLDER = "verdicts"            # beside nbgrader's `autograded`: verdicts/<learner>/<asg>/<notebook>.json
 
 
-def record(nb) -> dict:
-    """The grading record a graded notebook holds ({} when none)."""
-    rec = nb.metadata.get(RECORD, {})
-    return rec if isinstance(rec, dict) else {}
+def path(grading_dir: str | Path, learner: str, assignment: str, notebook: str) -> Path:
+    """Where the record of a learner's graded notebook is stored: outside nbgrader's `autograded` folder, which nbgrader
+    removes when a grading fails, so that a grading the grader could not do keeps its record too."""
+    return Path(grading_dir) / FOLDER / learner / assignment / f"{notebook}.json"
+
+
+def store(where: Path, rec: dict):
+    """Write a record whole (a reader sees the previous file or this one, never a part)."""
+    where.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".record-", dir=where.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(rec, f)
+    os.replace(tmp, where)
+
+
+def load(where: Path) -> dict | None:
+    """The record stored at `where` (None when there is none)."""
+    try:
+        rec = json.loads(where.read_text())
+    except (OSError, ValueError):
+        return None
+    return rec if isinstance(rec, dict) else None
 
 
 @dataclass
@@ -88,11 +112,17 @@ class Verdict:
         from_tests = abs(sum(r[1] for r in rows) - (self.points - self.score)) < 0.011
         return [(cause, round(cost, 2) if from_tests else None, seen) for cause, cost, seen in rows]
 
-    def text(self) -> str:
+    def text(self, given: float | None = None) -> str:
         """The graded cell's output: the score, the notes, what passed, each cause the evidence names with what its
-        tests observed, and each other failed test once, with what it cost."""
-        lines = [f"{self.grade_id}: {self.score:g} / {self.points:g} points"
-                 + ("" if self.status == GRADED else f" ({self.status})")]
+        tests observed, and each other failed test once, with what it cost; `given`: the score the instructor gave
+        since, said in place of the grader's."""
+        if given is not None:
+            head = (f"{self.grade_id}: {given:g} / {self.points:g} points (given by your instructor; the grader's "
+                    f"automatic score: {self.score:g})")
+        else:
+            head = f"{self.grade_id}: {self.score:g} / {self.points:g} points" + (
+                "" if self.status == GRADED else f" ({self.status})")
+        lines = [head]
         lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  passed: {p}" for p in self.passed]
         for cause, cost, seen in self.costs():
@@ -121,7 +151,8 @@ class Verdict:
 
 @dataclass
 class Grading:
-    """The verdicts of one notebook, with what the grading could not do (`fault`) or measure (`notes`)."""
+    """The verdicts of one notebook, with what the grading could not do (`fault`: then it is not `gradable`, and the
+    verdicts are not the learner's) or measure (`notes`)."""
 
     verdicts: dict[str, Verdict]
     notes: list[str] = field(default_factory=list)
@@ -131,9 +162,13 @@ class Grading:
     # graded cell -> {"name", "differences": [...], "html"} or {"name", "note"}: feedback, not a score
     structure: dict = field(default_factory=dict)
 
+    @property
+    def gradable(self) -> bool:
+        return self.fault is None
+
     def to_dict(self) -> dict:
-        return {"verdicts": {g: v.to_dict() for g, v in self.verdicts.items()}, "notes": self.notes,
-                "fault": self.fault, "profile": self.profile, "structure": self.structure}
+        return {"gradable": self.gradable, "verdicts": {g: v.to_dict() for g, v in self.verdicts.items()},
+                "notes": self.notes, "fault": self.fault, "profile": self.profile, "structure": self.structure}
 
     @classmethod
     def from_dict(cls, d: dict) -> Grading:
