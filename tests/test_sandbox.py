@@ -182,6 +182,7 @@ def test_sandbox_files_are_private_on_the_host():
         assert sb.dir.parent == root and os.stat(sb.dir).st_mode & 0o777 == 0o700
 
 
+@pytest.mark.nbgrader     # a notebook graded meanwhile
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to start a reader as another user")
 def test_another_user_finds_nothing_of_a_grading_in_progress(tmp_path, monkeypatch):
     """An ordinary local user polling the temporary folder while a submission is graded reads neither the
