@@ -79,8 +79,8 @@ def _judge_mistake(variant, verdicts):
             assert v.score < v.points, f"mistake '{variant.name}' was not caught in {gid}"
             assert any(variant.fails[gid] in d for d in v.failed), (
                 f"mistake '{variant.name}' in {gid}: expected a diagnosis with {variant.fails[gid]!r}, got {v.failed}")
-            if variant.cause and not v.notes:
-                assert v.causes == [variant.cause], (
+            if not v.notes:
+                assert v.causes == ([variant.cause] if variant.cause else []), (
                     f"mistake '{variant.name}' in {gid}: the evidence should name its own cause and no other, "
                     f"{variant.cause!r}; named {v.causes}")
         elif gid in variant.together:
