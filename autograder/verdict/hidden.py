@@ -120,10 +120,13 @@ class Recorder:
 def _suite_main(assignment: str, out: str) -> int:
     import pytest
 
-    from autograder.verdict import learner
-    from autograder.verdict.suites import checks
+    from autograder.verdict import context
 
-    seed = checks.GRADING_SEED
+    grading = context.current()
+    with open(os.environ["GRADER_CELLS"]) as f:
+        grading.cells = json.load(f)
+    grading.deadline = float(os.environ.get("GRADER_DEADLINE", "inf"))
+    seed = grading.seed
     sys.stderr.write(f"grader: inputs drawn from grading seed {seed} (GRADER_SEED={seed} replays them)\n")
     main_started = time.time()
     recorder = Recorder()
@@ -135,13 +138,13 @@ def _suite_main(assignment: str, out: str) -> int:
     launched = float(os.environ.get("GRADER_LAUNCHED", main_started))
     profile = {"process_start_s": main_started - launched,
                "collect_s": (recorder.first_test or time.time()) - main_started,
-               "cells_s": recorder.seconds, "workers": learner.STARTS}
+               "cells_s": recorder.seconds, "workers": grading.starts}
     module = next((m for n, m in list(sys.modules.items()) if n.rpartition(".")[2] == f"test_{assignment}"
                    and getattr(m, "A", None) == assignment), None)
     Path(out).write_text(json.dumps({"exit": int(code), "records": recorder.records,
                                      "library": getattr(module, "LIBRARY", None),
                                      "collection_errors": recorder.collection_errors,
-                                     "notes": sorted(learner.NOTES), "profile": profile,
+                                     "notes": sorted(grading.notes), "profile": profile,
                                      "structure": recorder.structure}))
     return 0
 

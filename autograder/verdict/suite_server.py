@@ -151,13 +151,12 @@ def ready_for(assignment: str):
 def _child(read_fd: int, shared: dict, env: dict, assignment: str):
     """The process of one learner's suite: it starts that learner's worker, then waits for the request."""
     from autograder import config
-    from autograder.verdict import hidden, learner
-    from autograder.verdict.suites import checks, conftest
+    from autograder.verdict import context, hidden, learner
 
     os.setsid()
     os.environ.update({k: v for k, v in env.items() if k != "GRADER_DEADLINE"})
     os.environ.pop("GRADER_DEADLINE", None)
-    learner.DRIVER_READINGS = True         # this process measures the learner's GPU memory (see main)
+    grading = context.begin()              # this learner's (with a seed of its own); it reads the GPU driver
     worker: learner.Learner | None
     worker = learner.Learner([], role="learner", preload=preload(assignment), refuse=refused(assignment))
     try:
@@ -178,13 +177,9 @@ def _child(read_fd: int, shared: dict, env: dict, assignment: str):
         worker.close()                     # started under other limits
         worker = None
     os.environ.update(req["env"])
-    learner.STARTS.clear()
-    learner.NOTES.clear()
-    conftest.SHARED.clear()
     # Checked again now: one that stopped answering since is not used (the suite starts its own).
-    conftest.SHARED.update({role: w for role, w in shared.items() if healthy(w)})
-    conftest.PRESTARTED[:] = [worker] if worker is not None else []
-    checks.new_grading()
+    grading.shared = {role: w for role, w in shared.items() if healthy(w)}
+    grading.prestarted = worker
     hidden.limit_trusted_memory(config.current().trusted_memory)
     try:
         code = hidden._suite_main(req["assignment"], req["out"])
@@ -242,9 +237,9 @@ def _wait(pid: int, deadline: float) -> int | None:
 
 
 def main():
-    from autograder.verdict import learner
+    from autograder.verdict import context
 
-    learner.DRIVER_READINGS = False         # NVML is not fork-safe: only the processes forked from here use it
+    context.begin(context.Context(driver_readings=False))   # NVML is not fork-safe: the learners' processes read it
     warm()
     # What warm() made is kept out of the forked processes' garbage collection: a collection would walk (and,
     # touching each object, copy) every page of torch's, dynamo's and pytest's objects in each learner's process.
