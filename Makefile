@@ -107,7 +107,7 @@ lint: install
 	$(BIN)/mypy
 
 # The quick tier: the tests that need no browser, no book build and no grading of a notebook (under a minute here).
-QUICK := tests/test_house.py tests/test_static.py tests/test_timing.py tests/test_exercises.py tests/test_gpu.py \
+QUICK := tests/test_house.py tests/test_channel.py tests/test_static.py tests/test_timing.py tests/test_exercises.py tests/test_gpu.py \
          tests/test_sandbox.py tests/test_release.py
 test-quick: install
 	$(BIN)/pytest -n 2 -q $(QUICK)
