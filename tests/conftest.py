@@ -19,8 +19,8 @@ TIERS = {
 # Each file's tier, for the tests in it that are not marked with another where they are written. A test that uses the
 # `browser` fixture is in the browser tier wherever it is.
 FILE_TIERS = {
-    "quick": ["test_house.py", "test_static.py", "test_timing.py", "test_gpu.py", "test_sandbox.py", "test_contract.py",
-              "test_labextension.py"],
+    "quick": ["test_channel.py", "test_house.py", "test_static.py", "test_timing.py", "test_gpu.py", "test_sandbox.py",
+              "test_contract.py", "test_labextension.py"],
     "nbgrader": ["test_class.py", "test_exercises.py", "test_export.py", "test_faults.py", "test_feedback.py",
                  "test_forkserver.py", "test_grading.py", "test_graph.py", "test_hub.py", "test_instructor_guide.py",
                  "test_mutation.py", "test_pooling.py", "test_redteam.py", "test_release.py", "test_scaffold.py",

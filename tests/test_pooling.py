@@ -2,6 +2,7 @@
 learner's worker is its own, a shared worker of course code that died or was slowed is replaced, and learners graded one
 after another get the scores each gets alone."""
 import os
+import re
 import signal
 import time
 
@@ -59,6 +60,15 @@ def test_a_learner_never_sees_the_worker_of_the_one_before():
     second = hidden.grade(variants.submission(PE, {"sinusoidal_encoding": LOOKS}), PE)
     assert scores(second)["sinusoidal_encoding_tests"] == 4, second.verdicts["sinusoidal_encoding_tests"].failed
     assert [role for role, _ in second.profile["workers"]].count("learner") == 1, "a worker of its own, started for it"
+
+
+def test_each_learner_s_inputs_come_from_a_seed_of_its_own():
+    """Each learner's process begins a grading of its own (autograder.verdict.context): its seed is drawn afresh, not
+    the one before's, and its notes and worker starts are its own."""
+    gradings = [hidden.grade(variants.submission(PE), PE) for _ in range(2)]
+    seeds = [re.search(r"grading seed (\d+)", g.log) for g in gradings]
+    assert all(seeds) and seeds[0].group(1) != seeds[1].group(1), [g.log[-2000:] for g in gradings]
+    assert all([role for role, _ in g.profile["workers"]] == ["learner"] for g in gradings)
 
 
 def test_a_shared_worker_that_died_or_was_slowed_is_replaced():

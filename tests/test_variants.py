@@ -135,11 +135,13 @@ def test_known_mistakes_cover_every_graded_cell():
 def test_the_large_score_tolerance_over_many_gradings():
     """Both attention large-score tests, on the inputs of 300 gradings: the reference's answers pass every time, an
     online softmax that forgets to rescale fails every time (the rule in-process, without a worker, to afford 300)."""
+    from autograder.verdict import context
     from autograder.verdict.suites import checks
     from autograder.verdict.suites import test_attention as suite
-    ns, saved = reference_namespace("attention"), checks.GRADING_SEED
+    ns, grading = reference_namespace("attention"), context.current()
+    saved = grading.seed
     try:
-        for checks.GRADING_SEED in range(300):
+        for grading.seed in range(300):
             q, k, v = suite.large_scores(7, 9, seed=19)
             suite.close_at_large_scores(ns["scaled_dot_product_attention"](q, k, v)[0], q, k, v, "sdpa")
             q, k, v = suite.large_scores(20, 45, seed=59)
@@ -147,4 +149,4 @@ def test_the_large_score_tolerance_over_many_gradings():
             with pytest.raises(checks.Diagnosis, match="is wrong"):
                 suite.close_at_large_scores(suite.online_without_rescale(q, k, v, 8), q, k, v, "no rescale")
     finally:
-        checks.GRADING_SEED = saved
+        grading.seed = saved

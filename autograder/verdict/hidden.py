@@ -1,31 +1,29 @@
 """Run an assignment's hidden suite against one submission and score its graded cells.
 
-The suite runs in a fresh trusted Python process (`python -m autograder.verdict.hidden ...`) that never
-executes learner code: its `learner` fixture talks to a sandboxed worker.  The process writes
-one record per test (graded cell, weight, outcome, diagnosis, or a grader fault) and what it could
-not measure from outside; `grade()` adds the static reading of the learner's source
-(autograder.verdict.static) and returns one `Verdict` per graded cell: the single record from which the
-graded cell's output, the gradebook comment, the feedback and the class report are all rendered.
+The suite runs in a trusted Python process that never executes learner code (forked by the warm suite server, or
+`python -m autograder.verdict.hidden`): its `learner` fixture talks to a sandboxed worker.  The process is sent the
+learner's cells in one request and replies with one record per test (graded cell, weight, outcome, diagnosis, or a
+grader fault) and what it could not measure from outside (autograder.verdict.channel); `grade()` adds the static
+reading of the learner's source (autograder.verdict.static) and returns one `Verdict` per graded cell: the single
+record from which the graded cell's output, the gradebook comment, the feedback and the class report are all rendered.
 """
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
-import json
 import os
 import re
 import resource
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from autograder import ROOT, config
+from autograder import config
 from autograder.inside.worker import REFUSED
 from autograder.notebooks import TESTS_SUFFIX, graded_cells, learner_cells
-from autograder.verdict import static
+from autograder.verdict import channel, context, static
 from autograder.verdict.record import FLAGGED, Check, GraderFault, Grading, Verdict
 
 SUITES = Path(__file__).parent / "suites"
@@ -66,7 +64,8 @@ def diagnose(excinfo) -> tuple[str, bool, list[str], list[str]]:
 
 
 class Recorder:
-    def __init__(self):
+    def __init__(self, only=()):
+        self.only = set(only)                    # the graded cells whose tests run (all when empty)
         self.records: list[dict] = []
         self.collection_errors: list[str] = []
         self.seconds: dict[str, float] = {}       # graded cell -> seconds its tests took (fixtures included)
@@ -78,11 +77,10 @@ class Recorder:
         return doc.splitlines()[0] if doc else item.name
 
     def pytest_collection_modifyitems(self, config, items):
-        """Only the tests of the graded cells GRADER_ONLY_CELLS names, when set (the suites' mutation testing grades
+        """Only the tests of the graded cells `only` names, when it names any (the suites' mutation testing grades
         one part at a time: autograder.authoring.mutation)."""
-        only = {c for c in os.environ.get("GRADER_ONLY_CELLS", "").split(",") if c}
-        if only:
-            items[:] = [i for i in items if (m := i.get_closest_marker("cell")) is not None and m.args[0] in only]
+        if self.only:
+            items[:] = [i for i in items if (m := i.get_closest_marker("cell")) is not None and m.args[0] in self.only]
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -117,33 +115,32 @@ class Recorder:
         })
 
 
-def _suite_main(assignment: str, out: str) -> int:
+def answer(req: dict) -> dict:
+    """The hidden suite's result for one request ({"assignment", "cells", "deadline", "launched", "only",
+    "first_failure"}), run in this process: the cells and the deadline are the current grading's
+    (autograder.verdict.context)."""
     import pytest
 
-    from autograder.verdict import learner
-    from autograder.verdict.suites import checks
-
-    seed = checks.GRADING_SEED
+    grading = context.current()
+    grading.cells, grading.deadline = list(req["cells"]), float(req["deadline"])
+    assignment, seed = req["assignment"], grading.seed
     sys.stderr.write(f"grader: inputs drawn from grading seed {seed} (GRADER_SEED={seed} replays them)\n")
     main_started = time.time()
-    recorder = Recorder()
+    recorder = Recorder(req.get("only") or ())
     path = suite_path(assignment)
-    first = ["-x"] if os.environ.get("GRADER_FIRST_FAILURE") == "1" else []   # whether, not how much, is asked
+    first = ["-x"] if req.get("first_failure") else []   # whether, not how much, is asked
     code = pytest.main([str(path), "-q", "-p", "no:cacheprovider", "--assert=plain",
                         "-o", "console_output_style=classic", "--no-header", "-rN", *first,
                         "--rootdir", str(path.parent), "-c", os.devnull], plugins=[recorder])
-    launched = float(os.environ.get("GRADER_LAUNCHED", main_started))
+    launched = float(req.get("launched") or main_started)
     profile = {"process_start_s": main_started - launched,
                "collect_s": (recorder.first_test or time.time()) - main_started,
-               "cells_s": recorder.seconds, "workers": learner.STARTS}
+               "cells_s": recorder.seconds, "workers": grading.starts}
     module = next((m for n, m in list(sys.modules.items()) if n.rpartition(".")[2] == f"test_{assignment}"
                    and getattr(m, "A", None) == assignment), None)
-    Path(out).write_text(json.dumps({"exit": int(code), "records": recorder.records,
-                                     "library": getattr(module, "LIBRARY", None),
-                                     "collection_errors": recorder.collection_errors,
-                                     "notes": sorted(learner.NOTES), "profile": profile,
-                                     "structure": recorder.structure}))
-    return 0
+    return {"exit": int(code), "records": recorder.records, "library": getattr(module, "LIBRARY", None),
+            "collection_errors": recorder.collection_errors, "notes": sorted(grading.notes), "profile": profile,
+            "structure": recorder.structure}
 
 
 # -- the trusted grader's side -------------------------------------------------------------------
@@ -157,54 +154,15 @@ def _trusted_env(extra: dict) -> dict:
     return {**os.environ, **extra, "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-class SuiteServer:
-    """The client of a warm suite process (autograder.verdict.suite_server), started on first use, ended with this
-    process."""
-
-    def __init__(self, settings: config.Settings):
-        self.log = tempfile.NamedTemporaryFile(prefix="grader-suite-server-", suffix=".log", delete=False)
-        env = _trusted_env(settings.to_env())
-        self.proc = subprocess.Popen([sys.executable, "-m", "autograder.verdict.suite_server"], cwd=ROOT, env=env,
-                                     text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log)
-        atexit.register(self.close)
-
-    def tell(self, req: dict) -> bool:
-        """Send one request that has no reply; whether it was sent."""
-        assert self.proc.stdin is not None                  # a pipe
-        try:
-            self.proc.stdin.write(json.dumps(req) + "\n")
-            self.proc.stdin.flush()
-            return True
-        except (OSError, ValueError):
-            return False
-
-    def ask(self, req: dict) -> dict | None:
-        """Send one request and read its reply; None when the server is gone."""
-        try:
-            if not self.tell(req):
-                return None
-            assert self.proc.stdout is not None             # a pipe
-            line = self.proc.stdout.readline()
-            return json.loads(line) if line else None
-        except (OSError, ValueError):
-            return None
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        os.unlink(self.log.name) if os.path.exists(self.log.name) else None
+_SERVERS: list[channel.Child] = []
 
 
-_SERVERS: list[SuiteServer] = []
-
-
-def suite_server(settings: config.Settings) -> SuiteServer:
-    if not _SERVERS or _SERVERS[0].proc.poll() is not None:
-        _SERVERS[:] = [SuiteServer(settings)]
+def suite_server(settings: config.Settings) -> channel.Child:
+    """The warm suite process (autograder.verdict.suite_server), started on first use, ended with this process."""
+    if not _SERVERS or not _SERVERS[0].alive():
+        server = channel.Child("autograder.verdict.suite_server", _trusted_env(settings.to_env()), log=True)
+        atexit.register(server.close)
+        _SERVERS[:] = [server]
     return _SERVERS[0]
 
 
@@ -212,51 +170,43 @@ def prepare(assignment: str, settings: config.Settings):
     """Have the warm suite server ready for `assignment` while the first notebook runs: its imports, the shared
     workers of course code and the first learner's process (a no-op once it is)."""
     if settings.warm_suite and not settings.suites_dir and suite_path(assignment, settings).exists():
-        suite_server(settings).tell({"op": "prepare", "assignment": assignment, "env": settings.to_env()})
+        with contextlib.suppress(channel.Stopped):      # gone: the grading starts a new one
+            suite_server(settings).send({"op": "prepare", "assignment": assignment, "env": settings.to_env()})
 
 
 def run_suite(assignment: str, cells: list[dict], settings: config.Settings, deadline: float,
               more: bool = True, only: tuple[str, ...] = (), first_failure: bool = False) -> dict:
     """Run the hidden suite in a trusted process (the warm suite server's, or one of its own); {"error": ...} when
     it did not complete (a grader fault)."""
-    with tempfile.TemporaryDirectory(prefix="grader-suite-") as tmp:
-        cells_path, out = Path(tmp) / "cells.json", Path(tmp) / "out.json"
-        cells_path.write_text(json.dumps(cells))
-        suite_env = {**settings.to_env(), "GRADER_CELLS": str(cells_path), "GRADER_DEADLINE": repr(deadline),
-                     "GRADER_LAUNCHED": repr(time.time()), "GRADER_ONLY_CELLS": ",".join(only),
-                     "GRADER_FIRST_FAILURE": "1" if first_failure else ""}
-        log = Path(tmp) / "log.txt"
-        # The suite stops calling the learner's code at the deadline; past it and its grace, the suite itself hangs.
-        timeout = max(1.0, deadline - time.time()) + settings.grace
-        reply = None
-        if settings.warm_suite and not settings.suites_dir:
-            reply = suite_server(settings).ask({"assignment": assignment, "out": str(out), "log": str(log),
-                                                "env": suite_env, "deadline": time.time() + timeout, "more": more})
-        if reply is not None:
-            code = reply.get("exit")
-        else:
-            env = _trusted_env(suite_env)
-            with open(log, "wb") as logf:
-                try:
-                    r = subprocess.run([sys.executable, "-m", "autograder.verdict.hidden", assignment, str(out)],
-                                       cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT, timeout=timeout,
-                                       stdin=subprocess.DEVNULL,
-                                       preexec_fn=functools.partial(limit_trusted_memory, settings.trusted_memory))
-                    code = r.returncode
-                except subprocess.TimeoutExpired:
-                    code = None
-        text = log.read_text(errors="replace") if log.exists() else ""
-        if not out.exists():
-            why = ("the hidden suite did not finish in time" if code is None
-                   else f"the hidden suite process ended without results (exit code {code})")
-            return {"error": why, "log": text[-8000:]}
-        result = json.loads(out.read_text())
-        result["log"] = text[-8000:]
-        if result.get("collection_errors") or result.get("exit") not in (0, 1):
-            errors = "\n".join(result.get("collection_errors") or [])
-            return {"error": f"the hidden suite could not be collected (pytest exit code {result.get('exit')})",
-                    "log": (errors + "\n" + text)[-8000:]}
-        return result
+    req = {"assignment": assignment, "cells": cells, "deadline": deadline, "launched": time.time(),
+           "only": list(only), "first_failure": first_failure}
+    # The suite stops calling the learner's code at the deadline; past it and its grace, the suite itself hangs.
+    stop_at = time.time() + max(1.0, deadline - time.time()) + settings.grace
+    out = None
+    if settings.warm_suite and not settings.suites_dir:
+        with contextlib.suppress(channel.Stopped):      # gone: a process of its own takes the request
+            out = suite_server(settings).ask({**req, "env": settings.to_env(), "stop_at": stop_at, "more": more})
+    if out is None:
+        child = channel.Child("autograder.verdict.hidden", _trusted_env(settings.to_env()), log=True,
+                              preexec=functools.partial(limit_trusted_memory, settings.trusted_memory))
+        with contextlib.suppress(channel.Stopped):      # it ended before it read the request: said by its outcome
+            child.send(req, timeout=max(0.0, stop_at - time.time()))
+        child.done()
+        out = child.outcome(stop_at)
+    text, result = out.get("log", ""), out.get("reply")
+    if result is None:
+        stopped, code = out.get("stopped"), out.get("exit")
+        why = ("the hidden suite did not finish in time" if stopped == channel.OVERRAN
+               else f"the hidden suite process sent results the grader cannot read (exit code {code})"
+               if stopped == channel.GARBLED
+               else f"the hidden suite process ended without results (exit code {code})")
+        return {"error": why, "log": text[-8000:]}
+    result["log"] = text[-8000:]
+    if result.get("collection_errors") or result.get("exit") not in (0, 1):
+        errors = "\n".join(result.get("collection_errors") or [])
+        return {"error": f"the hidden suite could not be collected (pytest exit code {result.get('exit')})",
+                "log": (errors + "\n" + text)[-8000:]}
+    return result
 
 
 def score(records: list[dict], graded: dict[str, float], findings: static.Report | None = None) -> dict[str, Verdict]:
@@ -339,4 +289,4 @@ def grade(nb, assignment: str, settings: config.Settings | None = None, deadline
 
 
 if __name__ == "__main__":
-    sys.exit(_suite_main(sys.argv[1], sys.argv[2]))
+    channel.serve(answer)

@@ -10,7 +10,8 @@ the call raises `GraderFault`: that is never the learner's zero.
 
 Measurements come from outside the worker: CPU time and peak memory from the sandbox's cgroup
 (autograder.sandbox.cgroups).  Where the machine has no cgroups, the fallbacks (the process tree's CPU
-time, the worker's VmHWM) are readings of processes the learner controls, and `NOTES` says so.
+time, the worker's VmHWM) are readings of processes the learner controls, and the grading's notes say so
+(autograder.verdict.context).
 """
 from __future__ import annotations
 
@@ -25,13 +26,9 @@ from typing import Any
 from autograder import config
 from autograder.inside.protocol import ProtocolError, read_message, write_message
 from autograder.sandbox.box import Limits, Sandbox, SandboxUnavailable, kill_tree
+from autograder.verdict import context
 from autograder.verdict.record import GraderFault
 
-# What this process could not measure from outside, or which protections its sandboxes lacked:
-# reported with the verdict, so the feedback, the log and the class report can say so.
-NOTES: set[str] = set()
-# Every worker start of this process: (role, seconds until its cells were loaded), for the grading's profile.
-STARTS: list = []
 MAX_CALLS = 2000           # calls of the learner's code kept for a failed check's replay (autograder.verdict.known)
 MAX_KEPT = 1 << 20         # and the learner's answer to each, when it holds no more numbers than this
 
@@ -92,8 +89,7 @@ class Learner:
         self.broken_cells: dict[str, str] = {}   # cell id -> why loading it ended the process
         self.broken_calls: dict[str, str] = {}   # call -> why it ended or hung the process before
         self.deaths = 0
-        # The hidden suite's end of the learner's time budget (autograder.verdict.hidden), as time.time().
-        self.deadline = float(os.environ.get("GRADER_DEADLINE", "inf"))
+        self.deadline = context.current().deadline     # the end of the learner's time budget, as time.time()
         self.parts: list[str] = []                # names bound to the course's parts (autograder.inside.parts)
         self.gpu_at_start: int | None = None      # GPU bytes the worker held before any learner code ran (driver)
         self.last_poll: dict | None = None        # the driver's polls during the last GPU memory measurement
@@ -121,7 +117,7 @@ class Learner:
             self.sandbox = Sandbox(self.limits)
         except (SandboxUnavailable, OSError) as e:
             raise GraderFault(f"the sandbox could not be set up: {e}") from None
-        NOTES.update(f"missing protection: {p}" for p in self.sandbox.missing())
+        context.current().notes.update(f"missing protection: {p}" for p in self.sandbox.missing())
         with open(self.sandbox.dir / "worker.stderr", "wb") as err:   # until learner code runs (see worker.py)
             course = [] if self.role == "learner" else ["--course"]     # course code: the library is not refused
             self.proc = self.sandbox.spawn([self.sandbox.inside(self.sandbox.files / "worker.py"), *self.preload,
@@ -189,7 +185,7 @@ class Learner:
                 self.start_failure = "your notebook's code interfered with the grader while it was being loaded"
                 continue
             self.ready = msg
-            STARTS.append([self.role, round(time.monotonic() - started, 3)])
+            context.current().starts.append([self.role, round(time.monotonic() - started, 3)])
             if self.parts:
                 self.request({"op": "use_parts", "names": self.parts}, what="(the course's parts)")
             return
@@ -290,8 +286,8 @@ class Learner:
         cpu = self.sandbox.cpu_seconds()
         if cpu is not None:
             return cpu
-        NOTES.add("speed measured on the worker's process tree (no cgroup): a learner's code can hide CPU time "
-                  "in processes that end")
+        context.note("speed measured on the worker's process tree (no cgroup): a learner's code can hide CPU time "
+                     "in processes that end")
         return _tree_cpu_seconds(self.proc.pid)
 
     def reset_peak_memory(self):
@@ -303,7 +299,7 @@ class Learner:
         except OSError as e:
             raise GraderFault(f"the sandbox's peak memory could not be reset: {e.strerror or e}") from None
         if not reset:
-            NOTES.add("memory measured as the worker's VmHWM (no cgroup): a learner's code can reset it")
+            context.note("memory measured as the worker's VmHWM (no cgroup): a learner's code can reset it")
             with open(f"/proc/{_worker_pid(self.proc.pid)}/clear_refs", "w") as f:
                 f.write("5")
 
@@ -676,10 +672,11 @@ class _DriverPoller:
 
     @property
     def reading(self) -> bool:
-        """Whether the driver was read through the whole call; NOTES says so where it was not."""
+        """Whether the driver was read through the whole call; the grading's notes say so where it was not."""
         if self.nvml is None or self.failed:
-            NOTES.add("GPU memory read from the caching allocator only (the driver's per-process reading, NVML, "
-                      f"was not available{': ' + self.failed[:200] if self.failed else ''}): learner code can reset it")
+            why = f": {self.failed[:200]}" if self.failed else ""
+            context.note("GPU memory read from the caching allocator only (the driver's per-process reading, NVML, "
+                         f"was not available{why}): learner code can reset it")
             return False
         return True
 
@@ -687,17 +684,13 @@ class _DriverPoller:
         return max(0, self.peak - self.base)
 
 
-# NVML is not safe in a process forked after it was initialised: the warm suite server, which forks each learner's
-# suite process, turns it off for itself (its shared workers go without a reading at their start), and each learner's
-# process, which measures, turns it on again (autograder.verdict.suite_server).
-DRIVER_READINGS = True
 _NVML: dict = {}                  # pid -> (pynvml, GPU handles) or None: NVML as this process initialised it
 
 
 def _nvml():
     """NVML (the driver's management library) with the handles of this machine's GPUs, or None without it."""
     pid = os.getpid()
-    if not DRIVER_READINGS or any(other != pid and nvml for other, nvml in _NVML.items()):
+    if not context.current().driver_readings or any(other != pid and nvml for other, nvml in _NVML.items()):
         return None                   # initialised before this process was forked: not to be used here
     if pid not in _NVML:
         try:

@@ -2,21 +2,25 @@
 
 It imports Python's, torch's and the suites' modules once; each learner's suite runs in a process forked from it,
 forked ahead (with that learner's fresh sandboxed worker started meanwhile), which never ran another learner's
-suite and ends with it. The workers of course code a suite uses are shared, checked and reset between learners,
-and replaced when they fail a check. It runs no learner code. One JSON line per request on stdin
-({"assignment", "out", "log", "env", "more"}, or {"op": "prepare", ...} with no reply), one per reply on stdout
-({"exit": code}, null when the suite's process was killed at its deadline).
+suite, answers that learner's request and ends. The workers of course code a suite uses are shared, checked and
+reset between learners, and replaced when they fail a check. It runs no learner code. Its requests and replies go
+on a channel (autograder.verdict.channel): a request is hidden.run_suite's, with "env", "stop_at" and "more", and its
+reply the outcome of that learner's process (its reply, the suite's result, or why it has none; its exit code; the
+end of its log); {"op": "prepare", ...} has no reply.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import gc
 import importlib
-import json
 import os
 import secrets
-import signal
 import sys
 import time
+from typing import IO
+
+from autograder.verdict import channel
 
 ROLES = ("reference", "course parts")
 CHECK_S = 1.0                 # a shared worker answers its check within this, or is replaced
@@ -48,12 +52,11 @@ class Shared:
         """Before the first learner of `assignment`: the roles its suite's tests ask for (see `roles_of`)."""
         self.used.setdefault(assignment, set()).update(roles_of(assignment))
 
-    def saw(self, assignment: str, out: str):
+    def saw(self, assignment: str, result: dict | None):
         """After a learner's suite: the roles it started workers for (it had none shared) are shared from now on."""
         try:
-            with open(out) as f:
-                roles = {role for role, _ in json.load(f)["profile"]["workers"]}
-        except (OSError, ValueError, KeyError, TypeError):
+            roles = {role for role, _ in (result or {})["profile"]["workers"]}
+        except (KeyError, TypeError, ValueError):
             return
         self.used.setdefault(assignment, set()).update(roles & set(ROLES))
 
@@ -148,155 +151,113 @@ def ready_for(assignment: str):
         gc.freeze()
 
 
-def _child(read_fd: int, shared: dict, env: dict, assignment: str):
-    """The process of one learner's suite: it starts that learner's worker, then waits for the request."""
+def _child(requests: int, replies: int, log: IO[bytes], shared: dict, env: dict, assignment: str) -> int:
+    """The process of one learner's suite: it starts that learner's worker, then answers the request, if one comes."""
     from autograder import config
-    from autograder.verdict import hidden, learner
-    from autograder.verdict.suites import checks, conftest
+    from autograder.verdict import context, hidden, learner
 
     os.setsid()
-    os.environ.update({k: v for k, v in env.items() if k != "GRADER_DEADLINE"})
-    os.environ.pop("GRADER_DEADLINE", None)
-    learner.DRIVER_READINGS = True         # this process measures the learner's GPU memory (see main)
+    os.environ.update(env)
+    grading = context.begin()              # this learner's (with a seed of its own); it reads the GPU driver
     worker: learner.Learner | None
     worker = learner.Learner([], role="learner", preload=preload(assignment), refuse=refused(assignment))
     try:
         worker.spawn()
     except Exception:  # noqa: BLE001 - the suite starts one itself, and says why if it cannot
         worker = None
-    with os.fdopen(read_fd) as f:
-        line = f.readline()
-    if not line:                           # discarded: no learner came for it
+    req = next(channel.requests(requests), None)
+    if req is None:                        # discarded: no learner came for it
         if worker is not None:
             worker.close()                 # its sandbox's folder and cgroup go too
-        os._exit(0)
-    req = json.loads(line)
-    log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
+        return 0
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
     if req["env"].get(config.ENV) != env.get(config.ENV) and worker is not None:
         worker.close()                     # started under other limits
         worker = None
     os.environ.update(req["env"])
-    learner.STARTS.clear()
-    learner.NOTES.clear()
-    conftest.SHARED.clear()
     # Checked again now: one that stopped answering since is not used (the suite starts its own).
-    conftest.SHARED.update({role: w for role, w in shared.items() if healthy(w)})
-    conftest.PRESTARTED[:] = [worker] if worker is not None else []
-    checks.new_grading()
+    grading.shared = {role: w for role, w in shared.items() if healthy(w)}
+    grading.prestarted = worker
     hidden.limit_trusted_memory(config.current().trusted_memory)
     try:
-        code = hidden._suite_main(req["assignment"], req["out"])
+        result = hidden.answer(req)
     finally:
         if worker is not None:
             worker.close()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    channel.write(replies, result)
+    return 0
 
 
-def _fork(shared: dict, env: dict, assignment: str) -> tuple[int, int]:
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(w)
-        try:
-            _child(r, shared, env, assignment)
-        except BaseException:  # noqa: BLE001 - said in the learner's suite log (or the server's), then ended
-            import traceback
-
-            traceback.print_exc()
-            sys.stderr.flush()
-        finally:
-            os._exit(70)
-    os.close(r)
-    return pid, w
+def _fork(shared: dict, env: dict, assignment: str) -> channel.Child:
+    return channel.Child.fork(functools.partial(_child, shared=shared, env=env, assignment=assignment), log=True)
 
 
-def _discard(ready: tuple):
-    """End a process forked ahead that will not be used: it reads no request and ends at once."""
-    os.close(ready[1])
-    _wait(ready[0], time.time() + 30)
+class Server:
+    """The shared workers of course code, and the next learner's process, forked ahead with its assignment and
+    environment."""
 
+    def __init__(self):
+        self.shared = Shared()
+        self.ready: tuple[channel.Child, str, dict] | None = None
 
-def _wait(pid: int, deadline: float) -> int | None:
-    """The exit code of a learner's process (None: killed at `deadline`); what its sandboxes left is removed."""
-    from autograder.sandbox.box import sweep
+    def discard(self):
+        """End the process forked ahead, which will not be used: it reads no request and ends at once."""
+        if self.ready is not None:
+            self.ready[0].close()
+            self.ready = None
 
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            sweep(pid)
-            return os.waitstatus_to_exitcode(status)
-        if time.time() > deadline:
-            for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-                try:
-                    kill()
-                except ProcessLookupError:
-                    pass
-            os.waitpid(pid, 0)
-            sweep(pid)
+    def answer(self, req: dict) -> dict | None:
+        if req.get("op") == "status":
+            return {"shared": self.shared.pids(), "ready": self.ready and self.ready[0].proc.pid}
+        asg, env = req["assignment"], req["env"]
+        if self.ready is not None and self.ready[1] != asg:
+            self.discard()                  # forked for another assignment
+        preparing = req.get("op") == "prepare"   # no reply: the grader goes on with the notebook's run meanwhile
+        ready_for(asg)
+        if preparing:
+            self.shared.expect(asg)
+        if self.ready is None:
+            self.ready = (_fork(self.shared.get(asg), env, asg), asg, env)
+        if preparing:
             return None
-        time.sleep(0.02)
+        child, stop_at = self.ready[0], float(req["stop_at"])
+        try:
+            child.send(req, timeout=max(0.0, stop_at - time.time()))
+        except channel.Stopped:             # it ended before its request: a fresh one takes it
+            child.close()
+            child = _fork(self.shared.get(asg), env, asg)
+            with contextlib.suppress(channel.Stopped):
+                child.send(req, timeout=max(0.0, stop_at - time.time()))
+        child.done()
+        # The next learner's process, forked now so that its worker starts while this learner is graded. The
+        # shared workers are busy with this learner: it gets them unchecked, checks them itself when its
+        # request comes, and is forked again if the check below replaces one of them.
+        given = self.shared.current(asg)
+        self.ready = (_fork(given, env, asg), asg, env) if req.get("more", True) else None
+        out = child.outcome(stop_at)
+        self.shared.saw(asg, out.get("reply"))
+        checked = self.shared.get(asg)
+        if self.ready is not None and checked != given:
+            self.discard()
+            self.ready = (_fork(checked, env, asg), asg, env)
+        return out
 
 
 def main():
-    from autograder.verdict import learner
+    from autograder.verdict import context
 
-    learner.DRIVER_READINGS = False         # NVML is not fork-safe: only the processes forked from here use it
+    context.begin(context.Context(driver_readings=False))   # NVML is not fork-safe: the learners' processes read it
     warm()
     # What warm() made is kept out of the forked processes' garbage collection: a collection would walk (and,
     # touching each object, copy) every page of torch's, dynamo's and pytest's objects in each learner's process.
     gc.freeze()
-    shared = Shared()
-    ready = None                            # (pid, pipe, assignment, env) of the next learner's process
-    reply = os.fdopen(os.dup(1), "w")
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    server = Server()
     try:
-        for line in sys.stdin:
-            req = json.loads(line)
-            if req.get("op") == "status":
-                reply.write(json.dumps({"shared": shared.pids(), "ready": ready and ready[0]}) + "\n")
-                reply.flush()
-                continue
-            asg, env = req["assignment"], req["env"]
-            if ready is not None and ready[2] != asg:
-                _discard(ready)             # forked for another assignment
-                ready = None
-            preparing = req.get("op") == "prepare"   # no reply: the grader goes on with the notebook's run meanwhile
-            ready_for(asg)
-            if preparing:
-                shared.expect(asg)
-            if ready is None:
-                ready = (*_fork(shared.get(asg), env, asg), asg, env)
-            if preparing:
-                continue
-            pid, pipe = ready[0], ready[1]
-            try:
-                os.write(pipe, (json.dumps(req) + "\n").encode())
-            except OSError:                 # it ended before its request: a fresh one takes it
-                _wait(pid, time.time() + 30)
-                pid, pipe = _fork(shared.get(asg), env, asg)
-                os.write(pipe, (json.dumps(req) + "\n").encode())
-            os.close(pipe)
-            # The next learner's process, forked now so that its worker starts while this learner is graded. The
-            # shared workers are busy with this learner: it gets them unchecked, checks them itself when its
-            # request comes, and is forked again if the check below replaces one of them.
-            given = shared.current(asg)
-            ready = (*_fork(given, env, asg), asg, env) if req.get("more", True) else None
-            code = _wait(pid, float(req["deadline"]))
-            shared.saw(asg, req["out"])
-            checked = shared.get(asg)
-            if ready is not None and checked != given:
-                _discard(ready)
-                ready = (*_fork(checked, env, asg), asg, env)
-            reply.write(json.dumps({"exit": code}) + "\n")
-            reply.flush()
+        channel.serve(server.answer)
     finally:
-        if ready is not None:
-            _discard(ready)
-        shared.close()
+        server.discard()
+        server.shared.close()
 
 
 if __name__ == "__main__":

@@ -4,25 +4,14 @@ trusted side, with tensors the worker sent back."""
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import secrets
 from typing import cast
 
 import torch
 
+from autograder.verdict import context
 from autograder.verdict.learner import LearnerError, on_gpu
 from autograder.verdict.timing import Target, compare
-
-# Every input a test makes comes from this seed, drawn afresh for each grading, so no submission can
-# know the inputs in advance.  GRADER_SEED (set by an instructor, never by a learner) replays a grading.
-GRADING_SEED = int(os.environ.get("GRADER_SEED") or secrets.randbits(62))
-
-
-def new_grading():
-    """A new seed for a new grading (a suite process forked from a warm one starts with its parent's)."""
-    global GRADING_SEED
-    GRADING_SEED = int(os.environ.get("GRADER_SEED") or secrets.randbits(62))
 
 # A correct vectorised answer runs within this factor of the reference; a Python loop over
 # positions runs 10x or more slower (calibrated by `make bench`: bench/speed.py).
@@ -178,8 +167,8 @@ def raises(call, exc: str, diagnosis: str):
 
 
 def seeded(seed: int) -> torch.Generator:
-    """A generator for the test's input number `seed`, in this grading."""
-    digest = hashlib.blake2b(f"{GRADING_SEED}:{seed}".encode(), digest_size=8).digest()
+    """A generator for the test's input number `seed`, in this grading (from its seed: autograder.verdict.context)."""
+    digest = hashlib.blake2b(f"{context.current().seed}:{seed}".encode(), digest_size=8).digest()
     return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
 
 

@@ -10,14 +10,13 @@ Each test carries `@pytest.mark.cell("<grade_id>")`, the graded cell it scores, 
 that cell run with those names bound to the course's parts (a part is graded on its own), except the
 tests marked `@pytest.mark.together`, which use the learner's own parts together.
 """
-import json
-import os
 from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from autograder.notebooks import learner_cells, read, reference_namespace, source_notebook
+from autograder.verdict import context
 from autograder.verdict.learner import Learner, LearnerError, WorkerDied
 
 # Regrading the same submission must give the same grade: examples are derandomized.
@@ -28,21 +27,17 @@ settings.register_profile("grading", max_examples=15, derandomize=True, deadline
 settings.load_profile("grading")
 
 
-
-# Set by a warm suite process (autograder.verdict.suite_server): the workers of course code it shares, by role, and
-# this learner's own worker, started ahead and waiting for its cells.
-SHARED: dict = {}
-PRESTARTED: list = []
-
-
 @pytest.fixture(scope="session")
 def learner(request):
-    with open(os.environ["GRADER_CELLS"]) as f:
-        cells = json.load(f)
+    """The learner's worker: the one a warm suite process started ahead (autograder.verdict.suite_server), else one
+    of its own, given the grading's cells and deadline (autograder.verdict.context)."""
+    grading = context.current()
     modules = {getattr(item, "module", None) for item in request.session.items}
     preload = dict.fromkeys(name for m in modules for name in getattr(m, "WORKER_PRELOAD", ()))
-    proxy = PRESTARTED.pop() if PRESTARTED else Learner(cells, preload=tuple(preload), refuse=refusals(modules))
-    proxy.cells, proxy.deadline = cells, float(os.environ.get("GRADER_DEADLINE", "inf"))
+    proxy, grading.prestarted = grading.prestarted, None
+    if proxy is None:
+        proxy = Learner(grading.cells, preload=tuple(preload), refuse=refusals(modules))
+    proxy.cells, proxy.deadline = grading.cells, grading.deadline
     proxy.assignment = next((getattr(item.module, "A", None) for item in request.session.items
                              if getattr(getattr(item, "module", None), "A", None)), None)
     yield proxy
@@ -93,8 +88,9 @@ def _workers(role: str):
     workers: dict = {}
 
     def get(assignment: str) -> Learner:
-        if role in SHARED:                 # the warm process shares them for this suite's assignment
-            return SHARED[role]
+        shared = context.current().shared
+        if role in shared:                 # the warm process shares them for this suite's assignment
+            return shared[role]
         if assignment not in workers:
             workers[assignment] = Learner(learner_cells(read(source_notebook(assignment))), role=role)
         return workers[assignment]
