@@ -41,10 +41,12 @@ class Settings:
     allow_unsandboxed: bool = False    # grade without bubblewrap (the feedback says what is missing)
     # fork workers from a warm fork server (autograder.sandbox.forkserver), not start each
     fork_workers: bool = True
-    # the device the timed and memory-measured calls run on: "cpu", or "cuda" on a machine with an NVIDIA GPU
+    # the device the timed and memory-measured calls run on: "cpu", or a GPU's (autograder.sandbox.gpu: "cuda" on a
+    # machine with an NVIDIA GPU)
     device: str = "cpu"
-    # what the sandbox sees of the host on a GPU, besides the GPU's device nodes: the driver's files (colon-separated)
-    gpu_paths: str = "/proc/driver/nvidia:/sys/devices:/sys/bus/pci:/sys/module/nvidia"
+    # what the sandbox sees of the host on a GPU, besides the GPU's device nodes: the driver's files (colon-separated;
+    # empty: those its vendor names, autograder.sandbox.gpu)
+    gpu_paths: str = ""
     # what may come back from a sandbox
     max_notebook_bytes: int = 8 * MIB  # the executed notebook, all outputs together
     max_cell_output_chars: int = 20_000  # text kept per cell (stream, text/plain, error) in the feedback

@@ -34,8 +34,9 @@ from autograder.classroom import grade
 from autograder.notebooks import learner_cells, read, source_notebook
 from autograder.sandbox import box as sandbox
 from autograder.sandbox import cgroups
+from autograder.verdict import measure
 from autograder.verdict import record as stored
-from autograder.verdict.learner import Learner, gpu_memory_of
+from autograder.verdict.learner import Learner
 from autograder.verdict.suites import checks
 from autograder.verdict.suites import test_attention as attention
 from autograder.verdict.timing import Target, compare, peak_memory
@@ -120,7 +121,8 @@ def facts() -> dict:
     f["protections"] = sandbox.protections()
     f["missing"] = sandbox.missing_protections()
     f["mps"] = shutil.which("nvidia-cuda-mps-control")
-    f["settings"] = {"device": device(), "speed_factor": checks.speed_factor(), "gpu_paths": config.current().gpu_paths,
+    paths = ":".join(sandbox.Limits.of(config.current(), wall_s=0).gpu_paths)
+    f["settings"] = {"device": device(), "speed_factor": checks.speed_factor(), "gpu_paths": paths,
                      "sdpa_speed": [attention.SDPA_GPU_SPEED_SHAPE, attention.SDPA_GPU_SPEED_CALLS],
                      "memory": [attention.MEMORY_GPU_SHAPE, attention.MEMORY_FRACTION]}
     for k, v in f.items():
@@ -157,15 +159,16 @@ def probe() -> dict:
             result["run"] = {"shape": out[0]["shape"], "projection": list(out[0]["projection"].shape)}
             result["pids"] = w.sandbox.pids()
             result["gpu_memory_at_start_mib"] = None if w.gpu_at_start is None else round(w.gpu_at_start / MIB)
-            now = gpu_memory_of(w.sandbox.pids())
+            now = measure.gpu_memory(w.sandbox.pids())
             result["gpu_memory_now_mib"] = None if now is None else round(now / MIB)
-            result["gpu_paths"] = config.current().gpu_paths
+            result["gpu_paths"] = ":".join(w.limits.gpu_paths)
             result["protections"] = w.sandbox.protections
             result["ok"] = True
             break
         except Exception as e:  # noqa: BLE001 - reported, then the wider view is tried
-            result = {"ok": False, "error": f"{type(e).__name__}: {e}"[:3000], "gpu_paths": config.current().gpu_paths}
-            say(f"  probe with gpu_paths {config.current().gpu_paths}: {result['error']}")
+            result = {"ok": False, "error": f"{type(e).__name__}: {e}"[:3000],
+                      "gpu_paths": ":".join(w.limits.gpu_paths)}
+            say(f"  probe with gpu_paths {result['gpu_paths']}: {result['error']}")
         finally:
             w.close()
     for k, v in result.items():

@@ -17,6 +17,7 @@ from autograder import config
 from autograder.authoring import variants
 from autograder.notebooks import learner_cells, read, source_notebook
 from autograder.sandbox import box as sandbox
+from autograder.sandbox import gpu
 from autograder.verdict.learner import Learner
 from autograder.verdict.suites import checks
 from autograder.verdict.suites import test_attention as suite
@@ -53,11 +54,24 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, _NO_CUDA])]
 
 # -- on any machine ------------------------------------------------------------------------------------------------
 def test_the_device_is_a_setting(monkeypatch):
-    assert config.Settings().device == "cpu" and not sandbox.Limits().gpu
+    assert config.Settings().device == "cpu" and not sandbox.Limits().gpu and not gpu.on_gpu()
     monkeypatch.setenv("GRADER_DEVICE", "cuda")
     s = config.current()
-    assert s.device == "cuda" and sandbox.Limits.of(s, wall_s=1).gpu
-    assert "/proc/driver/nvidia" in sandbox.Limits.of(s, wall_s=1).gpu_paths
+    assert s.device == "cuda" and sandbox.Limits.of(s, wall_s=1).gpu and gpu.on_gpu()
+    assert sandbox.Limits.of(s, wall_s=1).gpu_paths == gpu.Nvidia.driver_files, "its vendor's driver files"
+    assert "/proc/driver/nvidia" in gpu.Nvidia.driver_files
+    monkeypatch.setenv("GRADER_GPU_PATHS", "/proc/driver/nvidia:/sys")
+    assert sandbox.Limits.of(config.current(), wall_s=1).gpu_paths == ("/proc/driver/nvidia", "/sys"), "as set"
+
+
+def test_a_device_is_served_by_its_vendor():
+    """The device's type names its vendor (its nodes, driver files, visibility, driver); the CPU has none, and a
+    device no vendor serves is refused with the reason."""
+    assert isinstance(gpu.vendor("cuda"), gpu.Nvidia) and isinstance(gpu.vendor("cuda:1"), gpu.Nvidia)
+    assert gpu.vendor("cpu") is None and gpu.vendor("tpu") is None
+    assert gpu.driver("cpu") is None and gpu.memory_of([os.getpid()], "cpu") is None
+    with pytest.raises(sandbox.SandboxUnavailable, match="no GPU vendor serves"):
+        sandbox.Sandbox(sandbox.Limits(device="tpu"))
 
 
 def test_a_gpu_sandbox_sees_every_gpu_and_maps_what_cuda_needs(monkeypatch):
@@ -76,7 +90,7 @@ def test_a_gpu_sandbox_sees_every_gpu_and_maps_what_cuda_needs(monkeypatch):
     assert dict(sandbox._rlimits(cpu))[resource.RLIMIT_AS] == cpu.memory
 
 
-@pytest.mark.skipif(bool(sandbox.gpu_nodes()), reason="this machine has a GPU")
+@pytest.mark.skipif(bool(gpu.Nvidia().nodes()), reason="this machine has a GPU")
 def test_a_cuda_grading_without_a_gpu_stops_with_the_reason():
     with pytest.raises(sandbox.SandboxUnavailable, match="no NVIDIA GPU"):
         sandbox.Sandbox(sandbox.Limits(device="cuda"))
@@ -233,10 +247,8 @@ def test_gpu_memory_the_learner_hides_is_still_counted(cuda_workers):
 def test_the_driver_is_read_only_by_the_process_that_started_reading_it():
     """NVML is not fork-safe: a process forked after its parent read the driver gets no reading from it (the warm
     suite server, which forks each learner's process, never reads the driver; each learner's process does)."""
-    from autograder.verdict import learner
-
-    assert learner.gpu_memory_of([os.getpid()]) is not None
+    assert gpu.memory_of([os.getpid()], "cuda") is not None
     pid = os.fork()
     if pid == 0:
-        os._exit(0 if learner.gpu_memory_of([os.getpid()]) is None else 1)
+        os._exit(0 if gpu.memory_of([os.getpid()], "cuda") is None else 1)
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0

@@ -1,8 +1,9 @@
 """Run untrusted (learner) code in a sandbox: bubblewrap's namespaces (user, PID, network, IPC, UTS, cgroup, mount),
 read-only views of the system and of the folders Python imports from (never the course), two capped tmpfs folders,
-the GPU's nodes where grading is on one; a cgroup for the whole sandbox (autograder.sandbox.cgroups); per-process
-limits and a wall-clock limit; every process killed at the end. Where it can, a sandboxed process is forked into
-its sandbox from a warm server (autograder.sandbox.forkserver) instead of started by bubblewrap.
+the GPU's nodes and driver files where grading is on one (autograder.sandbox.gpu); a cgroup for the whole sandbox
+(autograder.sandbox.cgroups); per-process limits and a wall-clock limit; every process killed at the end. Where it
+can, a sandboxed process is forked into its sandbox from a warm server (autograder.sandbox.forkserver) instead of
+started by bubblewrap.
 
 On the host, a sandbox's files live in a folder only the grader's user can enter. Without bubblewrap, grading
 stops unless the instructor allows it (`allow_unsandboxed`); `Sandbox.protections` says what a sandbox applied.
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import glob
 import os
 import shutil
 import signal
@@ -26,6 +26,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from autograder.sandbox import gpu
 from autograder.sandbox.cgroups import Cgroup, why_unavailable
 from autograder.sandbox.forkserver import INSIDE_CODE, INSIDE_HOME, Forked, ForkServer, first_line
 
@@ -60,17 +61,19 @@ class Limits:
     threads: int = 1               # torch/OpenMP threads inside
     allow_unsandboxed: bool = False
     fork: bool = True              # workers forked from a fork server (autograder.sandbox.forkserver) where possible
-    device: str = "cpu"            # "cuda": the GPU's device nodes and `gpu_paths` are visible inside
+    device: str = "cpu"            # a GPU's ("cuda"): its device nodes and `gpu_paths` are visible inside
     gpu_paths: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, settings, wall_s: float) -> Limits:
-        """The limits of autograder.config.Settings, with this wall-clock limit."""
+        """The limits of autograder.config.Settings, with this wall-clock limit (the GPU's vendor's driver files, where
+        `gpu_paths` names none)."""
+        vendor = gpu.vendor(settings.device)
+        paths = tuple(p for p in settings.gpu_paths.split(":") if p) or (vendor.driver_files if vendor else ())
         return cls(wall_s=wall_s, cpu_time=settings.cpu_time, memory=settings.memory, disk=settings.disk,
                    file_size=settings.disk, open_files=settings.open_files, processes=settings.processes,
                    threads=settings.threads, allow_unsandboxed=settings.allow_unsandboxed,
-                   fork=settings.fork_workers, device=settings.device,
-                   gpu_paths=tuple(p for p in settings.gpu_paths.split(":") if p))
+                   fork=settings.fork_workers, device=settings.device, gpu_paths=paths)
 
     @property
     def gpu(self) -> bool:
@@ -185,11 +188,6 @@ def _python() -> str:
     return os.path.join(sys.prefix, "bin", "python") if sys.prefix != sys.base_prefix else sys.executable
 
 
-def gpu_nodes() -> list[str]:
-    """The NVIDIA GPU's device nodes of this machine (its driver's control nodes included)."""
-    return sorted(glob.glob("/dev/nvidia*"))
-
-
 def private_root() -> Path:
     """The one folder, mode 0700 and owned by the grader's user, that holds every sandbox's host files."""
     root = Path(tempfile.gettempdir()) / f"grader-{os.geteuid()}"
@@ -302,10 +300,6 @@ def _env(limits: Limits, inside_home: str, inside_code: str) -> dict[str, str]:
     n = str(limits.threads)
     # PYTHONPATH's folders of this process that the sandbox sees (not the course's), after the worker's own code
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.path.realpath(p) in _python_folders()]
-    gpu = {}
-    if limits.gpu:
-        # Unset, every GPU of the machine is visible; an empty value would hide them all.
-        gpu = {k: os.environ[k] for k in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH") if k in os.environ}
     return {
         "PATH": os.path.join(sys.prefix, "bin") + ":/usr/local/bin:/usr/bin:/bin",
         "HOME": inside_home, "TMPDIR": inside_home, "PYTHONPATH": os.pathsep.join([inside_code, *extra]),
@@ -315,7 +309,7 @@ def _env(limits: Limits, inside_home: str, inside_code: str) -> dict[str, str]:
         "GRADER_THREADS": n, "MPLBACKEND": "Agg", "JUPYTER_PLATFORM_DIRS": "1",
         # A fixed threshold: freed tensors go back to the kernel, so peak memory measures live memory.
         "MALLOC_MMAP_THRESHOLD_": "262144",
-        "LANG": "C.UTF-8", "GRADER_DEVICE": limits.device, **gpu,
+        "LANG": "C.UTF-8", "GRADER_DEVICE": limits.device, **gpu.visibility_env(limits.device),
     }
 
 
@@ -335,9 +329,17 @@ class Sandbox:
             raise SandboxUnavailable("bubblewrap cannot run on this machine, so learner code would run without an OS "
                                      "sandbox; grading stops (an instructor may allow it explicitly: "
                                      "GRADER_ALLOW_UNSANDBOXED=1 or c.Grader.allow_unsandboxed = True)")
-        if self.limits.gpu and not gpu_nodes():
-            raise SandboxUnavailable(f"the grading device is {self.limits.device!r}, but this machine has no NVIDIA "
-                                     "GPU (no /dev/nvidia*): grade with c.Grader.device = 'cpu', or on a GPU machine")
+        vendor = gpu.vendor(self.limits.device)
+        if self.limits.gpu and vendor is None:
+            served = ", ".join(d for v in gpu.VENDORS for d in v.devices)
+            raise SandboxUnavailable(f"the grading device is {self.limits.device!r}, which no GPU vendor serves (those "
+                                     f"of autograder.sandbox.gpu serve {served}): grade with c.Grader.device = 'cpu', "
+                                     "or one of those")
+        if vendor is not None and not vendor.nodes():
+            raise SandboxUnavailable(f"the grading device is {self.limits.device!r}, but this machine has no "
+                                     f"{vendor.name} GPU (no {vendor.node_pattern}): grade with c.Grader.device = "
+                                     "'cpu', or on a GPU machine")
+        self.nodes = vendor.nodes() if vendor is not None else []
         self.dir = Path(tempfile.mkdtemp(prefix=f"sandbox-{os.getpid()}-", dir=private_root()))
         self.files = self.dir / "grader"
         self.files.mkdir()
@@ -369,7 +371,7 @@ class Sandbox:
                    "--ro-bind", str(self.files), INSIDE_CODE,
                    "--chdir", INSIDE_HOME, "--clearenv"]
             if self.limits.gpu:
-                for dev in gpu_nodes():
+                for dev in self.nodes:
                     cmd += ["--dev-bind", dev, dev]
                 for path in self.limits.gpu_paths:
                     if os.path.exists(path):

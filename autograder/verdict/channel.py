@@ -98,7 +98,7 @@ class _Forked:
 
 class Child:
     """The parent's end of a warm child started as `python -m module` in the course's folder (`fork` makes one forked
-    from this process). `log`: its stdout and stderr go to an unnamed file (`log_tail`), else they are this process's;
+    from this process). `log`: what it prints goes to an unnamed file (`log_tail`), else where this process's goes;
     `session`: it leads a session of its own; `preexec`: run in it before it starts (its limits)."""
 
     proc: subprocess.Popen | _Forked
@@ -125,7 +125,8 @@ class Child:
     @classmethod
     def fork(cls, run: Callable[[int, int, IO[bytes] | None], int], log: bool = False) -> Child:
         """A child forked from this process: `run(requests, replies, log)` reads its requests and writes its replies on
-        those file descriptors, and returns its exit code (70 when it raised, said on its stderr)."""
+        those file descriptors (and what it prints to `log`, when it makes its stdout and stderr that file), and returns
+        its exit code (70 when it raised, said on its stderr)."""
         self = cls.__new__(cls)
         self.log = tempfile.TemporaryFile() if log else None
         (theirs, self.requests_fd), (self.replies_fd, own) = os.pipe(), os.pipe()
@@ -254,8 +255,7 @@ class Child:
         if kill and self.alive():
             self.kill()
         self.done()
-        if self.alive():
-            self.wait(END_S)
+        self.wait(END_S)
         self._close_fds()
 
     def log_tail(self, limit: int) -> str:

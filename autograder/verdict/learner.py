@@ -8,10 +8,7 @@ and the next call starts a fresh worker, so one bad test never sinks the others.
 grader itself fails (the sandbox cannot start, the worker dies before any learner code ran),
 the call raises `GraderFault`: that is never the learner's zero.
 
-Measurements come from outside the worker: CPU time and peak memory from the sandbox's cgroup
-(autograder.sandbox.cgroups).  Where the machine has no cgroups, the fallbacks (the process tree's CPU
-time, the worker's VmHWM) are readings of processes the learner controls, and the grading's notes say so
-(autograder.verdict.context).
+What the grader measures of the worker it reads from outside it (autograder.verdict.measure).
 """
 from __future__ import annotations
 
@@ -19,14 +16,13 @@ import contextlib
 import os
 import subprocess
 import sys
-import threading
 import time
 from typing import Any
 
 from autograder import config
 from autograder.inside.protocol import ProtocolError, read_message, write_message
 from autograder.sandbox.box import Limits, Sandbox, SandboxUnavailable, kill_tree
-from autograder.verdict import context
+from autograder.verdict import context, measure
 from autograder.verdict.record import GraderFault
 
 MAX_CALLS = 2000           # calls of the learner's code kept for a failed check's replay (autograder.verdict.known)
@@ -40,11 +36,6 @@ def _size(out) -> int:
     if isinstance(out, dict):
         return sum(_size(o) for o in out.values())
     return int(out.numel()) if hasattr(out, "numel") else 0
-
-
-def on_gpu() -> bool:
-    """Whether the timed and memory-measured calls run on a GPU (the `device` setting, read when asked)."""
-    return config.current().device != "cpu"
 
 
 class WorkerDied(Exception):
@@ -91,6 +82,7 @@ class Learner:
         self.deaths = 0
         self.deadline = context.current().deadline     # the end of the learner's time budget, as time.time()
         self.parts: list[str] = []                # names bound to the course's parts (autograder.inside.parts)
+        self.held_at_start = 0                    # bytes its sandbox held before any learner code ran (cgroup)
         self.gpu_at_start: int | None = None      # GPU bytes the worker held before any learner code ran (driver)
         self.last_poll: dict | None = None        # the driver's polls during the last GPU memory measurement
         self.parts_server: Learner | None = None  # the worker of course code that computes them
@@ -137,8 +129,8 @@ class Learner:
             self._die()
             raise GraderFault("the grader's worker did not start as expected")
         self.spawned = True
-        self.held_at_start = self._memory_held()      # torch imported, no learner code run yet
-        self.gpu_at_start = gpu_memory_of(self.sandbox.pids()) if self.limits.gpu else None
+        self.held_at_start = measure.held(self)       # torch imported, no learner code run yet
+        self.gpu_at_start = measure.gpu_memory(self.sandbox.pids()) if self.limits.gpu else None
 
     def start(self):
         """Give a worker the cells to load (spawning one unless one waits); a cell that kills or hangs it is
@@ -275,93 +267,6 @@ class Learner:
         text = self.last_stderr = self.stderr_tail().strip()      # kept: the sandbox and its file go next
         if text:
             sys.stderr.write(f"grader: the worker's stderr {during}:\n{text[-4000:]}\n")
-
-    # -- measurement from outside --------------------------------------------------------------------
-    def cpu_seconds(self) -> float:
-        """CPU time used so far by every process of the worker's sandbox, from the kernel's cgroup
-        accounting (processes that ended or were killed included)."""
-        if self.proc is None:
-            self.start()
-        assert self.proc is not None and self.sandbox is not None           # started
-        cpu = self.sandbox.cpu_seconds()
-        if cpu is not None:
-            return cpu
-        context.note("speed measured on the worker's process tree (no cgroup): a learner's code can hide CPU time "
-                     "in processes that end")
-        return _tree_cpu_seconds(self.proc.pid)
-
-    def reset_peak_memory(self):
-        """Start a new peak-memory measurement of the worker's sandbox."""
-        if self.proc is None:
-            self.start()
-        try:
-            reset = self.sandbox.reset_memory_peak()
-        except OSError as e:
-            raise GraderFault(f"the sandbox's peak memory could not be reset: {e.strerror or e}") from None
-        if not reset:
-            context.note("memory measured as the worker's VmHWM (no cgroup): a learner's code can reset it")
-            with open(f"/proc/{_worker_pid(self.proc.pid)}/clear_refs", "w") as f:
-                f.write("5")
-
-    def _memory_held(self) -> int:
-        assert self.sandbox is not None                                      # a worker was started
-        held = self.sandbox.memory_held()
-        if held is not None:
-            return held
-        fields = self._proc_status()
-        return sum(fields.get(k, 0) for k in ("RssAnon", "RssShmem"))
-
-    def held_poller(self) -> _HeldPoller:
-        """A poll, from here, of the anonymous and tmpfs memory the worker's sandbox holds (see `_HeldPoller`)."""
-        return _HeldPoller(self._memory_held)
-
-    def memory_held_since_start(self) -> int:
-        """Bytes of memory the worker's sandbox holds now beyond what it held before any learner code ran:
-        what the learner's cells and calls kept (a buffer made ahead of a measured call is not free)."""
-        if self.proc is None:
-            self.start()
-        return max(0, self._memory_held() - self.held_at_start)
-
-    def memory_now_and_peak(self) -> tuple[int, int]:
-        """(bytes now, peak bytes since the last reset) of the worker's sandbox."""
-        assert self.sandbox is not None                                      # a worker was started
-        reading = self.sandbox.memory()
-        if reading is not None:
-            return reading
-        fields = self._proc_status()
-        return fields["VmRSS"], fields["VmHWM"]
-
-    def _proc_status(self) -> dict[str, int]:
-        """The worker process's memory fields of /proc/<pid>/status, in bytes (the fallback without a cgroup)."""
-        assert self.proc is not None                                         # a worker was started
-        with open(f"/proc/{_worker_pid(self.proc.pid)}/status") as f:
-            fields = dict(line.split(":", 1) for line in f if ":" in line)
-        return {k: int(v.split()[0]) * 1024 for k, v in fields.items() if v.strip().endswith(" kB")}
-
-    def gpu_memory_peak(self, request) -> tuple[Any, int]:
-        """Run `request()` and return (its result, the GPU bytes it took beyond what the worker held at its start).
-
-        The driver's reading, from outside: what the sandbox's processes hold on the GPU, polled from this process
-        as fast as the driver answers during the call, above what they held before it, plus what they held before
-        it beyond what the worker held before any learner code ran (after the worker gave back what its allocator
-        cached: a buffer made ahead and used in the call counts). The caching allocator's peak rise (which learner
-        code can reset) can only add to it."""
-        def allocator_reading(reset: bool = False) -> dict:    # the learner's process speaking: numbers or nothing
-            got = self.request({"op": "device_memory", "reset": reset}, what="(GPU memory)")["ok"]
-            return {k: v for k, v in got.items() if type(v) is int} if isinstance(got, dict) else {}
-
-        self.request({"op": "release"}, what="(GPU memory)")
-        before = allocator_reading(reset=True).get("current", 0)
-        assert self.sandbox is not None                                      # started by the requests
-        poller = _DriverPoller(self.sandbox.pids)
-        with poller:
-            result = request()
-        allocator = allocator_reading().get("peak", 0) - before
-        self.last_poll = {"polls": poller.polls, "seconds": round(poller.seconds, 4)}
-        if not poller.reading:
-            return result, max(0, allocator)
-        held = max(0, poller.base - self.gpu_at_start) if self.gpu_at_start is not None else 0
-        return result, max(allocator, poller.rise() + held)
 
     # -- calls ---------------------------------------------------------------------------------------
     def request(self, req: dict, timeout: float | None = None, what: str = "", remember: bool = True):
@@ -559,169 +464,6 @@ class ModuleProxy:
         self.learner.request({"op": "train", "handle": self.handle, "x": x, "y": y, "steps": steps,
                               "batch_size": batch_size, "lr": lr, "seed": seed},
                              timeout=timeout, what=f"training {self.name}")
-
-
-def _tree_cpu_seconds(pid: int) -> float:
-    """CPU time of a live process tree (fallback without cgroups: ended children may be missing)."""
-    import psutil
-
-    total = 0.0
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0
-    for p in procs:
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
-def _worker_pid(root_pid: int) -> int:
-    import psutil
-
-    root = psutil.Process(root_pid)
-    for p in [root, *root.children(recursive=True)]:
-        if any(arg.endswith("worker.py") for arg in p.cmdline()[1:2]):
-            return p.pid
-    raise GraderFault("the grader could not find the worker's process")
-
-
-class _HeldPoller:
-    """Polls the anonymous and tmpfs memory a sandbox holds (its cgroup's memory.stat) during a measured call, every
-    millisecond, from outside it. A cgroup's peak counts page cache too, which the sandbox's own code can drop (a
-    charged file's pages, given back with posix_fadvise) to make room for what the call builds; what the call holds
-    of its own cannot be dropped that way, and a score matrix lives far longer than a poll."""
-
-    def __init__(self, read, interval: float = 0.001):
-        self.read, self.interval = read, interval
-        self.base = self.peak = 0
-        self.stop = threading.Event()
-
-    def _poll(self):
-        while not self.stop.is_set():
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                self.peak = max(self.peak, self.read())
-            time.sleep(self.interval)
-
-    def __enter__(self):
-        self.base = self.peak = self.read()
-        self.thread = threading.Thread(target=self._poll, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join()
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            self.peak = max(self.peak, self.read())
-
-    def rise(self) -> int:
-        return max(0, self.peak - self.base)
-
-
-class _DriverPoller:
-    """Polls the GPU driver (NVML) for the memory that the sandbox's processes hold, from outside them, as fast as
-    the driver answers (tens of thousands of times a second): an allocation has to outlive a poll to be seen."""
-
-    def __init__(self, pids, refresh: float = 0.005):
-        self.pids, self.refresh = pids, refresh
-        self.base = self.peak = self.polls = 0
-        self.failed = ""
-        self.stop = threading.Event()
-        self.nvml = _nvml()
-
-    def used(self, mine: set) -> int:
-        return _used(self.nvml, mine)
-
-    def _poll(self):
-        mine, fresh = set(self.pids()), time.monotonic()
-        while not self.stop.is_set():
-            try:
-                self.peak = max(self.peak, self.used(mine))
-            except Exception as e:  # noqa: BLE001 - the driver stopped answering: this measurement has no reading
-                self.failed = f"{type(e).__name__}: {e}"
-                return
-            self.polls += 1
-            if time.monotonic() - fresh > self.refresh:       # a process the sandbox started meanwhile counts too
-                mine, fresh = set(self.pids()), time.monotonic()
-
-    def __enter__(self):
-        self.seconds = time.monotonic()
-        if self.nvml:
-            try:
-                self.base = self.peak = self.used(set(self.pids()))
-            except Exception as e:  # noqa: BLE001
-                self.nvml, self.failed = None, f"{type(e).__name__}: {e}"
-                return self
-            self.thread = threading.Thread(target=self._poll, daemon=True)
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self.nvml:
-            self.stop.set()
-            self.thread.join()
-            if not self.failed:
-                with contextlib.suppress(Exception):
-                    self.peak = max(self.peak, self.used(set(self.pids())))
-        self.seconds = time.monotonic() - self.seconds
-
-    @property
-    def reading(self) -> bool:
-        """Whether the driver was read through the whole call; the grading's notes say so where it was not."""
-        if self.nvml is None or self.failed:
-            why = f": {self.failed[:200]}" if self.failed else ""
-            context.note("GPU memory read from the caching allocator only (the driver's per-process reading, NVML, "
-                         f"was not available{why}): learner code can reset it")
-            return False
-        return True
-
-    def rise(self) -> int:
-        return max(0, self.peak - self.base)
-
-
-_NVML: dict = {}                  # pid -> (pynvml, GPU handles) or None: NVML as this process initialised it
-
-
-def _nvml():
-    """NVML (the driver's management library) with the handles of this machine's GPUs, or None without it."""
-    pid = os.getpid()
-    if not context.current().driver_readings or any(other != pid and nvml for other, nvml in _NVML.items()):
-        return None                   # initialised before this process was forked: not to be used here
-    if pid not in _NVML:
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
-            _NVML[pid] = (pynvml, handles)
-        except Exception:  # noqa: BLE001 - no driver library, no GPU
-            _NVML[pid] = None
-    return _NVML[pid]
-
-
-def _used(nvml, pids: set) -> int:
-    """Bytes of GPU memory the processes `pids` hold, by the driver's count."""
-    pynvml, handles = nvml
-    total = 0
-    for h in handles:
-        for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-            if p.pid in pids and p.usedGpuMemory:
-                total += p.usedGpuMemory
-    return total
-
-
-def gpu_memory_of(pids) -> int | None:
-    """Bytes of GPU memory these processes hold now, by the driver's count (None without a reading)."""
-    nvml = _nvml()
-    try:
-        return None if nvml is None else _used(nvml, set(pids))
-    except Exception:  # noqa: BLE001 - the driver did not answer: no reading
-        return None
 
 
 def _unfinished_message(seconds: float, during: str) -> str:

@@ -93,8 +93,9 @@ def healthy(w) -> bool:
     """A shared worker answers its check in turn and in time, and forgets the last learner's leftovers; it has
     used less than half the CPU time its processes may (so that it never reaches that limit during a grading)."""
     from autograder.verdict.learner import LearnerError, WorkerDied
+    from autograder.verdict.measure import cpu_seconds
 
-    if not w.alive() or w.spawned or w.cpu_seconds() > w.limits.cpu_time / 2:
+    if not w.alive() or w.spawned or cpu_seconds(w) > w.limits.cpu_time / 2:
         return False
     token = secrets.token_hex(8)
     try:

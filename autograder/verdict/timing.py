@@ -27,7 +27,9 @@ import time
 from dataclasses import dataclass, field
 
 from autograder.sandbox.box import private_root
-from autograder.verdict.learner import Learner, WorkerDied, on_gpu
+from autograder.sandbox.gpu import on_gpu
+from autograder.verdict import measure
+from autograder.verdict.learner import Learner, WorkerDied
 from autograder.verdict.record import GraderFault
 
 
@@ -91,7 +93,7 @@ class Comparison:
 def _clock(target: Target, cpu: bool) -> float:
     """The CPU time of the target's own worker: what its code computes, its calls of the course's parts included but
     not the course's work for them (a worker of course code, which neither side's code may load with its own)."""
-    return target.proxy.cpu_seconds() if cpu else time.perf_counter()
+    return measure.cpu_seconds(target.proxy) if cpu else time.perf_counter()
 
 
 @contextlib.contextmanager
@@ -225,22 +227,22 @@ def peak_memory(target: Target, inputs: list[dict], kwargs: dict | None = None, 
     ahead (at import, in the warm-up call) and fills during the measured call counts. The rise is also read as the
     sandbox's own (anonymous and tmpfs) memory, polled during the call: page cache charged before the call and
     dropped during it hides nothing. On a GPU, the measure is
-    the GPU memory the call takes (`Learner.gpu_memory_peak`).
+    the GPU memory the call takes (autograder.verdict.measure.gpu_peak).
     """
     seed = fresh_seed() if seed is None else seed
     target.run(fresh_seed(), warmup or inputs, kwargs, timeout=timeout)
     proxy = target.proxy
     if on_gpu():
         with gpu_lane(proxy):
-            outputs, extra = proxy.gpu_memory_peak(lambda: target.run(seed, inputs, kwargs, timeout=timeout))
+            outputs, extra = measure.gpu_peak(proxy, lambda: target.run(seed, inputs, kwargs, timeout=timeout))
         return extra, outputs
     proxy.request({"op": "release"}, what="(memory)")     # what earlier calls freed is not the learner's
-    held = proxy.memory_held_since_start()
-    proxy.reset_peak_memory()
-    base, _ = proxy.memory_now_and_peak()
-    with proxy.held_poller() as own:
+    held = measure.held_since_start(proxy)
+    measure.reset_peak(proxy)
+    base, _ = measure.now_and_peak(proxy)
+    with measure.held_poller(proxy) as own:
         outputs = target.run(seed, inputs, kwargs, timeout=timeout)
-    _, peak = proxy.memory_now_and_peak()
+    _, peak = measure.now_and_peak(proxy)
     if peak <= 0:
         raise GraderFault(f"an impossible memory measurement ({peak} bytes)")
     return max(peak - base, own.rise(), 0) + held, outputs

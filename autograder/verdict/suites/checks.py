@@ -9,8 +9,9 @@ from typing import cast
 
 import torch
 
+from autograder.sandbox.gpu import on_gpu
 from autograder.verdict import context
-from autograder.verdict.learner import LearnerError, on_gpu
+from autograder.verdict.learner import LearnerError
 from autograder.verdict.timing import Target, compare
 
 # A correct vectorised answer runs within this factor of the reference; a Python loop over
