@@ -419,6 +419,8 @@ class Sandbox:
     def fork(self, argv: list[str], stderr: int, modules: tuple[str, ...] = ()) -> Forked:
         """A worker forked from the fork server into this sandbox (autograder.sandbox.forkserver): a placeholder started
         by bubblewrap makes the sandbox's namespaces and mount tree; the forked worker enters them."""
+        if self.cgroup is None:
+            raise SandboxUnavailable("a worker is forked only into a sandbox with its cgroup")
         target = self.placeholder(stderr)
         env = _env(self.limits, INSIDE_HOME, INSIDE_CODE)
         request = (target, self.cgroup.procs_files(), _rlimits(self.limits), argv, stderr)

@@ -22,6 +22,7 @@ from typing import Any
 from autograder import config
 from autograder.inside.protocol import ProtocolError, read_message, write_message
 from autograder.sandbox.box import Limits, Sandbox, SandboxUnavailable, kill_tree
+from autograder.sandbox.forkserver import Forked
 from autograder.verdict import context, measure
 from autograder.verdict.record import GraderFault
 
@@ -69,7 +70,7 @@ class Learner:
         self.limits = limits or Limits.of(self.settings, wall_s=self.settings.learner_budget)
         self.call_timeout = call_timeout or self.settings.call_timeout
         self.sandbox: Sandbox | None = None
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | Forked | None = None
         self.owner = os.getpid()                  # the process that started the worker (its parent)
         self.spawned = False                      # a worker waits for its cells
         self._last_death = ""
@@ -149,6 +150,7 @@ class Learner:
             if not (self.spawned and self.alive()):
                 self.spawn()
             self.spawned = False
+            assert self.proc is not None and self.proc.stdin is not None     # spawned just now, with a pipe
             try:
                 write_message(self.proc.stdin.fileno(),
                               {"cells": [c for c in self.cells if c["id"] not in self.broken_cells],
