@@ -44,6 +44,17 @@ class Draw:
     def chance(self, p: float) -> bool:
         return self.r.random() < p
 
+    def norm_first(self, ctor: tuple) -> tuple[tuple, dict, bool]:
+        """`norm_first` drawn, and given to a constructor whose arguments so far are `ctor` as its next positional
+        argument, by keyword, or (when True, the default) not at all: (ctor, ctor_kwargs, norm_first)."""
+        norm_first, ctor_kwargs = self.chance(0.5), {}
+        if not norm_first or self.chance(0.5):
+            if self.chance(0.5):
+                ctor += (norm_first,)
+            else:
+                ctor_kwargs["norm_first"] = norm_first
+        return ctor, ctor_kwargs, norm_first
+
     def choice(self, options):
         return self.r.choice(list(options))
 

@@ -85,14 +85,7 @@ def draw_ff(d: Draw) -> Call:
 def draw_block(d: Draw) -> Call:
     H, dh, d_ff = d.choice((1, 2, 3, 4, 6)), d.size(1, 8), d.size(1, 64)
     D = H * dh
-    ctor: tuple = (D, H, d_ff)
-    ctor_kwargs: dict = {}
-    norm_first = d.chance(0.5)
-    if not norm_first or d.chance(0.5):
-        if d.chance(0.5):
-            ctor += (norm_first,)
-        else:
-            ctor_kwargs["norm_first"] = norm_first
+    ctor, ctor_kwargs, norm_first = d.norm_first((D, H, d_ff))
     B, L = d.size(1, 3), d.size(1, 16)
     x = d.randn(B, L, D, scale=d.choice((1.0, d.uniform(0.1, 10.0))))
     args: tuple = (x,)

@@ -259,14 +259,7 @@ def draw_tiny(d: Draw) -> Call:
     vocab, H, d_ff, n_layers = d.size(2, 30), d.choice((1, 2, 4)), d.size(1, 48), d.size(1, 3)
     D = H * 2 * d.size(1, 4)
     max_len = d.size(1, 40)
-    ctor: tuple = (vocab, D, H, d_ff, n_layers, max_len)
-    ctor_kwargs: dict = {}
-    norm_first = d.chance(0.5)
-    if not norm_first or d.chance(0.5):
-        if d.chance(0.5):
-            ctor += (norm_first,)
-        else:
-            ctor_kwargs["norm_first"] = norm_first
+    ctor, ctor_kwargs, norm_first = d.norm_first((vocab, D, H, d_ff, n_layers, max_len))
     T = d.choice((max_len, d.size(1, max_len)))
     tokens = torch.randint(0, vocab, (d.size(1, 3), T), generator=d.g)
     return Call("TinyTransformer", (tokens,), ctor=ctor, ctor_kwargs=ctor_kwargs,
