@@ -283,13 +283,16 @@ def explain_purity(answer, argument: int, mode: int) -> tuple[list[str], list[st
     if o is None:
         return [], []
     sent = o.calls[o.position]["args"][argument]
-
-    def changed(theirs: dict) -> bool:
+    matched: list[str] = []
+    ruled_out: list[str] = []
+    for bug, theirs in replay(o.assignment, o.calls, o.position):
+        if theirs["differed"]:
+            ruled_out.append(bug.cause)
+            continue
         after = theirs.get("args_after")
         left = after[mode][argument] if isinstance(after, list) and len(after) > mode else sent
-        return _close(left, sent) != 0
-
-    return _sorted(o, changed)
+        (ruled_out if _close(left, sent) == 0 else matched).append(bug.cause)
+    return matched, ruled_out
 
 
 def explain_raised(o: Origin | None, raised: str | None) -> tuple[list[str], list[str]]:
@@ -297,20 +300,14 @@ def explain_raised(o: Origin | None, raised: str | None) -> tuple[list[str], lis
     the known mistakes that do the same there, and those that do not."""
     if o is None:
         return [], []
-
-    def same(answer: dict) -> bool:
-        theirs = answer.get("raised")
-        return theirs is None if raised is None else theirs is not None and theirs in answer.get("mro", [theirs]) \
-            and raised in answer.get("mro", [])
-
-    return _sorted(o, same)
-
-
-def _sorted(o: Origin, same) -> tuple[list[str], list[str]]:
-    """(the causes of the known mistakes whose replay of the learner's calls does what `same` asks, the others): a
-    replay whose earlier calls already differed rules its mistake out."""
     matched: list[str] = []
     ruled_out: list[str] = []
     for bug, answer in replay(o.assignment, o.calls, o.position):
-        (matched if not answer["differed"] and same(answer) else ruled_out).append(bug.cause)
+        if answer["differed"]:
+            ruled_out.append(bug.cause)
+            continue
+        theirs = answer.get("raised")
+        same = theirs is None if raised is None else theirs is not None and theirs in answer.get("mro", [theirs]) \
+            and raised in answer.get("mro", [])
+        (matched if same else ruled_out).append(bug.cause)
     return matched, ruled_out
