@@ -15,18 +15,24 @@ PACKAGE = ROOT / "autograder"
 FLOW = ["base", "inside", "sandbox", "graph", "verdict", "pipeline", "authoring", "classroom", "service"]
 
 
+def absolute(node: ast.ImportFrom, path: Path) -> str:
+    """The module a `from ... import` names, a relative one made absolute."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    base = node.module or ""
+    if node.level:
+        up = package.split(".")[:len(package.split(".")) - node.level + 1]
+        base = ".".join([*up, base] if base else up)
+    return base
+
+
 def imports(path: Path) -> list[tuple[int, str]]:
     """(line, module) of every import in a file, relative ones made absolute."""
-    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[:len(package.split(".")) - node.level + 1]
-                base = ".".join([*up, base] if base else up)
+            base = absolute(node, path)
             names = [f"{base}.{a.name}" for a in node.names] if base == "autograder" else [base]
             found += [(node.lineno, n) for n in names]
     return found
@@ -62,6 +68,69 @@ def test_each_step_imports_only_the_steps_below_it():
             if there is not None and there != here:
                 assert FLOW.index(there) < FLOW.index(here), (
                     f"{path.relative_to(ROOT)}:{line}: {here} imports {module}, a step above it")
+
+
+def module_of(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_imports(path: Path) -> set[str]:
+    """The package's modules a file imports, anywhere in it (inside functions, under TYPE_CHECKING): `from a.b
+    import c` is a.b.c when c is a module, else a.b."""
+    modules = {module_of(p) for p in PACKAGE.rglob("*.py")}
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = absolute(node, path)
+            found |= {base} | {f"{base}.{a.name}" for a in node.names}
+    return {m for m in found if m in modules} - {module_of(path)}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_circles_finds_modules_that_import_each_other():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set(), "c": {"a", "b"}}) == []
+
+
+def test_no_two_modules_import_each_other_even_through_others():
+    """A module below another never needs it: not for a type, not inside a function (packages aside: a package's
+    face may name what its modules hold)."""
+    graph = {module_of(p): module_imports(p) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
+    assert circles(graph) == [], "modules that import each other, through others or not"
 
 
 def test_every_folder_of_the_flow_exists_and_says_what_it_is():

@@ -276,24 +276,10 @@ class Worker:
 
     def op_call_twice(self, req):
         """Two calls, each on its own fresh copies of the arguments, the first with autograd off and the second with
-        it on (floating-point arguments in autograd's graph, as a layer's input is: changing them in place is allowed
-        there), and the arguments as each call left them."""
-        import torch
+        it on, and the arguments as each call left them (calls.call_twice)."""
+        import calls
 
-        def fresh(a, grad: bool):
-            if not isinstance(a, torch.Tensor):
-                return a
-            t = a.detach().clone()
-            return t.requires_grad_(True).clone() if grad and t.is_floating_point() else t
-
-        f, sent, kwargs = self.target(req), req.get("args", []), req.get("kwargs", {})
-        outs, after = [], []
-        for grad in (False, True):
-            args = [fresh(a, grad) for a in sent]
-            with torch.set_grad_enabled(grad):
-                outs.append(_detached(f(*args, **kwargs)))
-            after.append([_detached(a) for a in args])
-        return {"first": outs[0], "second": outs[1], "args_after": after}
+        return calls.call_twice(self.target(req), req.get("args", []), req.get("kwargs", {}))
 
     def op_new(self, req):
         obj = self.op_call(req)
@@ -435,17 +421,6 @@ class Worker:
                 return {"ok": op(req)}
         except BaseException as e:  # noqa: BLE001 - the learner's exception is data here
             return {"error": _error(e)}
-
-
-def _detached(obj):
-    """A call's output or argument as plain data: tensors out of autograd's graph, in tuples and lists too."""
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.detach()
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_detached(o) for o in obj)
-    return obj
 
 
 def _device_of(req):

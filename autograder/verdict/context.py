@@ -10,10 +10,7 @@ import math
 import os
 import secrets
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from autograder.verdict.learner import Learner
+from typing import Any
 
 
 def draw_seed() -> int:
@@ -31,8 +28,10 @@ class Context:
     # verdict, so the feedback, the log and the class report can say so.
     notes: set[str] = field(default_factory=set)
     starts: list = field(default_factory=list)                   # [role, seconds until its cells were loaded]
-    shared: dict[str, Learner] = field(default_factory=dict)     # role -> a worker of course code shared with it
-    prestarted: Learner | None = None                            # the learner's worker, waiting for its cells
+    # The workers made for it ahead (autograder.verdict.learner.Learner, which reads this context: named here by
+    # what they are, not by their type, so that this module stays below it).
+    shared: dict[str, Any] = field(default_factory=dict)         # role -> a worker of course code shared with it
+    prestarted: Any = None                                       # the learner's worker, waiting for its cells
     # NVML is not safe in a process forked after it was initialised: the warm suite server, which forks each
     # learner's process, does not read the driver (its shared workers go without a reading at their start); each
     # learner's process, which measures, does.

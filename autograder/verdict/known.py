@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 import torch
 
 from autograder import ROOT
+from autograder.inside.calls import call_twice, fresh
 from autograder.notebooks import learner_cells, read, source_notebook
+from autograder.verdict.learner import Origin, origin
 
 VARIANTS_DIR = ROOT / "examples" / "variants"
 
@@ -64,25 +66,8 @@ def load(assignment: str) -> list:
 
 
 # -- differential diagnosis --------------------------------------------------------------------------------------
-@dataclass
-class Origin:
-    """The call of the learner's code that gave a tensor back (kept on the tensor by autograder.verdict.learner): the
-    learner's calls in order, and this one's place among them."""
-
-    assignment: str
-    calls: list                     # the learner's calls (autograder.verdict.learner.Learner.calls)
-    position: int
-    index: int | None               # the tensor's place in a tuple the call returned
-
-
-ORIGIN = "_grader_origin"           # the attribute of a tensor the learner's code gave back
 REPLAY_S = 60.0                     # a grading's replays stop after this much time: no cause is named past it
 _SPENT = [0.0]
-
-
-def origin(value) -> Origin | None:
-    o = getattr(value, ORIGIN, None) if isinstance(value, torch.Tensor) else None
-    return o if isinstance(o, Origin) else None
 
 
 _LOADED: dict = {}
@@ -115,8 +100,6 @@ def namespace(assignment: str, bug: Bug) -> dict | None:
 
 def _run(ns: dict, rec: dict, modules: dict, rename) -> dict:
     """One recorded call on the code of `ns`: its answer (as `contract.run_here` gives it)."""
-    from .suites.contract import fresh, run_twice
-
     try:
         target = ns[rec["part"]]
         if rec.get("handle") is not None:
@@ -130,7 +113,7 @@ def _run(ns: dict, rec: dict, modules: dict, rename) -> dict:
                 held[1] = rec["state"]
             target = held[0]
         if rec.get("twice"):
-            return run_twice(target, rec["args"], rec.get("kwargs", {}))
+            return call_twice(target, rec["args"], rec.get("kwargs", {}))
         with torch.no_grad():                       # on copies: a mistake may write into its arguments
             return {"first": target(*(fresh(a, False) for a in rec["args"]), **rec.get("kwargs", {}))}
     except Exception as e:  # noqa: BLE001 - the mistake's exception is its answer
@@ -192,7 +175,7 @@ def _same_answer(mine, theirs: dict, twice: bool) -> bool:
             return False
         if isinstance(a, torch.Tensor):
             scale = size(b)
-            if a.dtype != b.dtype or a.device.type != b.device.type or _close(a, b) > 1e-3 * (1 + scale):
+            if a.dtype != b.dtype or a.device.type != b.device.type or distance(a, b) > 1e-3 * (1 + scale):
                 return False
     return len(_flat(got.get("first"))) == len(_flat(theirs.get("first")))
 
@@ -234,7 +217,7 @@ def size(t) -> float:
     return float(torch.nan_to_num(t.double(), nan=0.0, posinf=0.0, neginf=0.0).abs().max())
 
 
-def _close(a, b) -> float:
+def distance(a, b) -> float:
     """The largest difference of two tensors of one shape (inf when they cannot be compared)."""
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
         return float("inf")
@@ -265,12 +248,12 @@ def _pick(first, index):
 def judge_answers(answers, actual, expected, allowed: float) -> tuple[list[str], list[str]]:
     matched: list[str] = []
     ruled_out: list[str] = []
-    wrong_by = _close(actual, expected)
+    wrong_by = distance(actual, expected)
     for bug, theirs in answers:
         if not isinstance(theirs, torch.Tensor):
             continue                                  # it raised where the learner's answered: another test's concern
-        mine = _close(actual, theirs)
-        right_here = _close(theirs, expected) <= allowed      # then it cannot explain this failure on its own
+        mine = distance(actual, theirs)
+        right_here = distance(theirs, expected) <= allowed      # then it cannot explain this failure on its own
         same = mine <= allowed or (math.isfinite(wrong_by) and mine <= 0.1 * wrong_by)
         (matched if same and not right_here else ruled_out).append(bug.cause)
     return matched, ruled_out
@@ -291,7 +274,7 @@ def explain_purity(answer, argument: int, mode: int) -> tuple[list[str], list[st
             continue
         after = theirs.get("args_after")
         left = after[mode][argument] if isinstance(after, list) and len(after) > mode else sent
-        (ruled_out if _close(left, sent) == 0 else matched).append(bug.cause)
+        (ruled_out if distance(left, sent) == 0 else matched).append(bug.cause)
     return matched, ruled_out
 
 

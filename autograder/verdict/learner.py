@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from autograder import config
@@ -39,6 +40,27 @@ def _size(out) -> int:
     return int(out.numel()) if hasattr(out, "numel") else 0
 
 
+@dataclass
+class Origin:
+    """The call of the learner's code that gave a tensor back (kept on the tensor by `Learner.mark`, for a failed
+    check to replay the known mistakes on it: autograder.verdict.known): the learner's calls in order, and this one's
+    place among them."""
+
+    assignment: str
+    calls: list                     # the learner's calls (Learner.calls)
+    position: int
+    index: int | None               # the tensor's place in a tuple the call returned
+
+
+ORIGIN = "_grader_origin"           # the attribute of a tensor the learner's code gave back
+
+
+def origin(value) -> Origin | None:
+    """The call that gave `value` back, when `value` is a tensor the learner's code gave."""
+    o = getattr(value, ORIGIN, None)
+    return o if isinstance(o, Origin) else None
+
+
 class WorkerDied(Exception):
     """The learner's process ended or hung; the message says why, for the learner."""
 
@@ -49,7 +71,7 @@ class LearnerError(Exception):
     def __init__(self, type: str, mro: list, message: str, traceback: str = ""):
         super().__init__(type, message)
         self.type, self.mro, self.message, self.traceback = type, mro, message, traceback
-        self.origin: Any = None     # the call that raised it (autograder.verdict.known.Origin), when kept
+        self.origin: Origin | None = None     # the call that raised it, when kept
 
     def __str__(self):
         return f"{self.type}: {self.message}" if self.message else self.type
@@ -360,8 +382,6 @@ class Learner:
     @contextlib.contextmanager
     def marking_errors(self, position: int):
         """An exception the learner's code raises in the call at `position` carries that call."""
-        from autograder.verdict.known import Origin
-
         try:
             yield
         except LearnerError as e:
@@ -372,8 +392,6 @@ class Learner:
     def mark(self, out, position: int):
         """Tag each tensor of `out`, an answer the learner's code gave to the call at `position`, with that call."""
         import torch
-
-        from autograder.verdict.known import ORIGIN, Origin
 
         if position < 0:
             return out

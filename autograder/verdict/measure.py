@@ -7,22 +7,37 @@ controls, and the grading's notes say so (autograder.verdict.context).
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from autograder import config
 from autograder.sandbox import gpu
+from autograder.sandbox.box import Sandbox
+from autograder.sandbox.forkserver import Forked
 from autograder.verdict import context
 from autograder.verdict.record import GraderFault
 
-if TYPE_CHECKING:
-    from autograder.verdict.learner import Learner
+
+class Worker(Protocol):
+    """What the readers need of a learner's worker (autograder.verdict.learner.Learner, which calls them): its
+    sandbox and process once started, what it held before any learner code ran, and its requests."""
+
+    sandbox: Sandbox | None
+    proc: subprocess.Popen | Forked | None
+    held_at_start: int
+    gpu_at_start: int | None
+    last_poll: dict | None
+
+    def start(self): ...
+
+    def request(self, req: dict, timeout: float | None = None, what: str = "", remember: bool = True): ...
 
 
 # -- CPU time --------------------------------------------------------------------------------------------------------
-def cpu_seconds(proxy: Learner) -> float:
+def cpu_seconds(proxy: Worker) -> float:
     """CPU time used so far by every process of the worker's sandbox, from the kernel's cgroup accounting (processes
     that ended or were killed included)."""
     if proxy.proc is None:
@@ -56,7 +71,7 @@ def _tree_cpu_seconds(pid: int) -> float:
 
 
 # -- memory ----------------------------------------------------------------------------------------------------------
-def reset_peak(proxy: Learner):
+def reset_peak(proxy: Worker):
     """Start a new peak-memory measurement of the worker's sandbox."""
     if proxy.proc is None:
         proxy.start()
@@ -71,7 +86,7 @@ def reset_peak(proxy: Learner):
             f.write("5")
 
 
-def held(proxy: Learner) -> int:
+def held(proxy: Worker) -> int:
     """Bytes of anonymous and tmpfs memory the worker's sandbox holds now."""
     assert proxy.sandbox is not None                                       # a worker was started
     now = proxy.sandbox.memory_held()
@@ -81,7 +96,7 @@ def held(proxy: Learner) -> int:
     return sum(fields.get(k, 0) for k in ("RssAnon", "RssShmem"))
 
 
-def held_since_start(proxy: Learner) -> int:
+def held_since_start(proxy: Worker) -> int:
     """Bytes of memory the worker's sandbox holds now beyond what it held before any learner code ran: what the
     learner's cells and calls kept (a buffer made ahead of a measured call is not free)."""
     if proxy.proc is None:
@@ -89,7 +104,7 @@ def held_since_start(proxy: Learner) -> int:
     return max(0, held(proxy) - proxy.held_at_start)
 
 
-def now_and_peak(proxy: Learner) -> tuple[int, int]:
+def now_and_peak(proxy: Worker) -> tuple[int, int]:
     """(bytes now, peak bytes since the last reset) of the worker's sandbox."""
     assert proxy.sandbox is not None                                       # a worker was started
     reading = proxy.sandbox.memory()
@@ -99,7 +114,7 @@ def now_and_peak(proxy: Learner) -> tuple[int, int]:
     return fields["VmRSS"], fields["VmHWM"]
 
 
-def _proc_status(proxy: Learner) -> dict[str, int]:
+def _proc_status(proxy: Worker) -> dict[str, int]:
     """The worker process's memory fields of /proc/<pid>/status, in bytes (the fallback without a cgroup)."""
     assert proxy.proc is not None                                          # a worker was started
     with open(f"/proc/{_worker_pid(proxy.proc.pid)}/status") as f:
@@ -150,7 +165,7 @@ class HeldPoller:
         return max(0, self.peak - self.base)
 
 
-def held_poller(proxy: Learner) -> HeldPoller:
+def held_poller(proxy: Worker) -> HeldPoller:
     """A poll, from here, of the anonymous and tmpfs memory the worker's sandbox holds (see `HeldPoller`)."""
     return HeldPoller(lambda: held(proxy))
 
@@ -228,7 +243,7 @@ class DriverPoller:
         return max(0, self.peak - self.base)
 
 
-def gpu_peak(proxy: Learner, request: Callable[[], Any]) -> tuple[Any, int]:
+def gpu_peak(proxy: Worker, request: Callable[[], Any]) -> tuple[Any, int]:
     """Run `request()` and return (its result, the GPU bytes it took beyond what the worker held at its start).
 
     The driver's reading, from outside: what the sandbox's processes hold on the GPU, polled from this process as fast

@@ -11,7 +11,7 @@ import torch
 
 from autograder.sandbox.gpu import on_gpu
 from autograder.verdict import context
-from autograder.verdict.learner import LearnerError
+from autograder.verdict.learner import LearnerError, origin
 from autograder.verdict.timing import Target, compare
 
 # A correct vectorised answer runs within this factor of the reference; a Python loop over
@@ -164,7 +164,7 @@ def raises(call, exc: str, diagnosis: str):
             raise Diagnosis(f"{diagnosis} (it raised {e.type} instead of {exc})",
                             *known.explain_raised(e.origin, e.type)) from None
         return
-    raise Diagnosis(diagnosis, *known.explain_raised(known.origin(out), None))
+    raise Diagnosis(diagnosis, *known.explain_raised(origin(out), None))
 
 
 def seeded(seed: int) -> torch.Generator:

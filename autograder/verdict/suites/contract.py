@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from autograder.inside.calls import call_twice
+
 from .checks import FLOORS, max_error, where
 
 
@@ -140,35 +142,9 @@ class Part:
 Outcome = dict          # {"raised": type name, "mro": [names]} or {"first", "second", "args_after": [[...], [...]]}
 
 
-def fresh(a, grad: bool):
-    if not isinstance(a, torch.Tensor):
-        return a
-    t = a.detach().clone()
-    return t.requires_grad_(True).clone() if grad and t.is_floating_point() else t
-
-
-def _detached(obj):
-    if isinstance(obj, torch.Tensor):
-        return obj.detach()
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_detached(o) for o in obj)
-    return obj
-
-
-def run_twice(target, args, kwargs) -> Outcome:
-    """Two calls of `target` on fresh copies of the arguments, autograd off then on, as the learner's worker makes
-    them (Worker.op_call_twice)."""
-    outs, after = [], []
-    for grad in (False, True):
-        copies = [fresh(a, grad) for a in args]
-        with torch.set_grad_enabled(grad):
-            outs.append(_detached(target(*copies, **kwargs)))
-        after.append([_detached(a) for a in copies])
-    return {"first": outs[0], "second": outs[1], "args_after": after}
-
-
 def run_here(ns: dict, call: Call, seed: int = 0, rename=None) -> Outcome:
-    """`call` on the code of namespace `ns`, in this process (course code, or a mutant of it), as `run_twice`."""
+    """`call` on the code of namespace `ns`, in this process (course code, or a mutant of it), as the learner's worker
+    makes it (autograder.inside.calls.call_twice)."""
     try:
         target = ns[call.part]
         if call.ctor is not None:
@@ -180,7 +156,7 @@ def run_here(ns: dict, call: Call, seed: int = 0, rename=None) -> Outcome:
                 if missing:
                     raise KeyError(f"no parameters {sorted(missing)}")
                 target.load_state_dict(state, strict=False)
-        return run_twice(target, call.args, call.kwargs)
+        return call_twice(target, call.args, call.kwargs)
     except Exception as e:  # noqa: BLE001 - the part's exception is its answer here
         return {"raised": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__]}
 
@@ -345,7 +321,7 @@ def same_outcome(a: Outcome, b: Outcome, expected: Expected) -> bool:
     """Whether two answers to one call are the same: the same exception, or outputs that are each within the
     allowed error of each other, or ten times nearer each other than to the truth, and the arguments left the same
     way."""
-    from autograder.verdict.known import _close
+    from autograder.verdict.known import distance
 
     if "raised" in a or "raised" in b:
         return "raised" in a and "raised" in b and b["raised"] in a.get("mro", [a["raised"]])
@@ -362,13 +338,13 @@ def same_outcome(a: Outcome, b: Outcome, expected: Expected) -> bool:
             return False
         if isinstance(t, torch.Tensor) and t.shape == x.shape:
             allowed = _allowed(t, x.dtype, [], expected.slack)
-            apart, wrong_by = _close(x, y), _close(x, t)
+            apart, wrong_by = distance(x, y), distance(x, t)
             if not (apart <= allowed or (math.isfinite(wrong_by) and apart <= 0.1 * wrong_by)):
                 return False
-        elif _close(x, y) > 0:
+        elif distance(x, y) > 0:
             return False
     after_a, after_b = a.get("args_after") or [], b.get("args_after") or []
-    return all(_close(x, y) == 0 for ma, mb in zip(after_a, after_b) for x, y in zip(ma, mb)
+    return all(distance(x, y) == 0 for ma, mb in zip(after_a, after_b) for x, y in zip(ma, mb)
                if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor))
 
 
