@@ -10,6 +10,7 @@ import json
 import os
 import re
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -352,7 +353,8 @@ def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
     lab = subprocess.Popen([str(Path(sys.executable).parent / "jupyter-lab"), "--no-browser", "--allow-root",
                             f"--port={port}",
                             "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}",
-                            f"--ServerApp.root_dir={work}"], env=env, stdout=log, stderr=subprocess.STDOUT)
+                            f"--ServerApp.root_dir={work}"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                           start_new_session=True)
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
@@ -376,8 +378,12 @@ def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
             assert "has no check() cell" in page.inner_text(answer)
             browser.close()
     finally:
-        lab.terminate()
-        lab.wait(30)
+        lab.terminate()                       # JupyterLab shuts its kernels down; past 30 s, it and they are killed
+        try:
+            lab.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(lab.pid, signal.SIGKILL)
+            lab.wait()
         log.close()
 
 
