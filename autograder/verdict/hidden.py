@@ -101,6 +101,8 @@ class Recorder:
         weight = item.get_closest_marker("weight")
         diagnosis, fault, causes, ruled_out = diagnose(call.excinfo) if call.excinfo is not None else (None, False,
                                                                                                         [], [])
+        if fault:        # the whole grading is the grader's fault now: no later test can change that
+            item.session.shouldfail = "a grader fault"
         self.records.append({
             "cell": marker.args[0] if marker else None,
             "weight": float(weight.args[0]) if weight else 1.0,
