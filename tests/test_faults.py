@@ -12,9 +12,11 @@ A learner whose every call hangs is stopped at the budget and graded (the learne
 worker that sends a frame of 1 GiB is refused without reading it.
 """
 import csv
+import dataclasses
 import io
 import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -32,7 +34,7 @@ from autograder.classroom import classgrade, grade
 from autograder.inside import protocol
 from autograder.verdict import hidden, record
 
-pytestmark = pytest.mark.xdist_group("faults")
+SHARED = pytest.mark.xdist_group("faults")      # the tests of the `faults` class run where it was graded
 ASG = "positional_encoding"
 CELLS = ("sinusoidal_encoding_tests", "rope_tests", "alibi_bias_tests")
 
@@ -62,8 +64,8 @@ def faults(tmp_path_factory):
     injected = {
         "suite_broken": ({"GRADER_SUITES_DIR": _suites(suites, "broken", BROKEN_SUITE)},
                          "the hidden suite could not be collected", "this line is not Python"),
-        "suite_hangs": ({"GRADER_SUITES_DIR": _suites(suites, "hangs", HANGING_SUITE), "GRADER_LEARNER_BUDGET": "20",
-                         "GRADER_GRACE": "5"},
+        "suite_hangs": ({"GRADER_SUITES_DIR": _suites(suites, "hangs", HANGING_SUITE), "GRADER_LEARNER_BUDGET": "10",
+                         "GRADER_GRACE": "3"},
                         "the hidden suite did not finish in time", None),
         "worker_fails": ({"GRADER_THREADS": "0"}, "the grader's worker ended before running any learner code",
                          "set_num_threads expects a positive integer"),
@@ -80,6 +82,7 @@ def faults(tmp_path_factory):
     return d, injected, runs, f
 
 
+@SHARED
 @pytest.mark.parametrize("learner", ["suite_broken", "suite_hangs", "worker_fails", "no_sandbox"])
 def test_a_grader_fault_fails_the_grading_visibly(faults, learner):
     d, injected, runs, _ = faults
@@ -98,6 +101,17 @@ def test_a_grader_fault_fails_the_grading_visibly(faults, learner):
     print(f"\n{learner}: {classgrade.failure_reason(log, r.returncode)[0]}")
 
 
+def test_the_suite_stops_at_the_first_grader_fault():
+    """A grader fault makes the whole grading the grader's: the suite stops there rather than failing every later
+    test the same way (each trying to start the worker again), and the fault is the one the grading reports."""
+    no_threads = dataclasses.replace(config.current(), threads=0, warm_suite=False)
+    grading = hidden.grade(variants.submission(ASG), ASG, settings=no_threads)
+    assert grading.fault is not None and "ended before running any learner code" in grading.fault, grading.fault
+    failed = re.findall(r"^\s*\|?\s*def (test_\w+)\(", grading.log, re.M)
+    assert len(failed) == 1, f"the suite went on past the fault: {failed}"
+
+
+@SHARED
 def test_the_report_says_a_fault_from_the_record(faults):
     """The class report alone (no classgrade to tell it who failed) reads each grading's record: a learner the grader
     could not grade has no total and says why, never a zero of theirs."""
@@ -111,12 +125,14 @@ def test_the_report_says_a_fault_from_the_record(faults):
         assert rows[learner]["status"].startswith("grader error: GraderFault: ") and fault in rows[learner]["status"]
 
 
+@SHARED
 def test_no_feedback_for_a_grading_that_failed(faults):
     d, injected, _, f = faults
     for learner in injected:
         assert not (d / "feedback" / learner).exists(), learner
 
 
+@SHARED
 def test_classgrade_lists_grader_errors_apart(faults):
     """Through Dask: a broken suite is a grader error, as its grading's record says, with its log; a folder without the
     notebook is not, though an earlier grading left a record that says the grader could not grade it."""
@@ -150,12 +166,12 @@ HANGS = {name: f"def {name}(*args, **kwargs):\n    while True:\n        pass\n"
 def test_a_learner_whose_every_call_hangs_is_stopped_at_the_budget(tmp_path):
     """Each function loops forever: the notebook's run and the suite share one budget; past it the learner is
     graded with zeros and told why (the learner's doing, not a grader fault)."""
-    budget, grace = 30, 20
+    budget, grace = 15, 10
     d = tmp_path / "grading"
     grade.prepare(d, [ASG])
     grade.submit(d, "spinner", ASG, variants.submission(ASG, HANGS))
-    env = {"GRADER_LEARNER_BUDGET": str(budget), "GRADER_GRACE": str(grace), "GRADER_CELL_TIMEOUT": "10",
-           "GRADER_CALL_TIMEOUT": "10"}
+    env = {"GRADER_LEARNER_BUDGET": str(budget), "GRADER_GRACE": str(grace), "GRADER_CELL_TIMEOUT": "5",
+           "GRADER_CALL_TIMEOUT": "5"}
     t0 = time.monotonic()
     r = grade.autograde(d, ASG, capture_output=True, text=True, env_extra=env)
     wall = time.monotonic() - t0
