@@ -35,7 +35,9 @@ from autograder.service.roster import Roster, new_roster
 from autograder.verdict import record
 
 ASG = "positional_encoding"
-pytestmark = pytest.mark.xdist_group("service")
+# The tests of one service (the `service` fixture) run on one xdist worker, which starts it once; a test that starts a
+# service of its own runs wherever there is room.
+SHARED = pytest.mark.xdist_group("service")
 PROBE_ROPE = """def rope(x, base=10000.0):
     raise ValueError(f"probe {float(x.double().sum()):.9g}")
 """
@@ -90,6 +92,7 @@ def service(tmp_path_factory):
     s.close()
 
 
+@SHARED
 def test_a_check_gives_what_autograde_gives(service, tmp_path):
     """A correct notebook: full marks, the very verdicts `nbgrader autograde` writes and (`?html=1`) the feedback
     page `generate_feedback` writes; a broken one: its diagnosis; checks hold no line of the hidden suites."""
@@ -116,6 +119,7 @@ def test_a_check_gives_what_autograde_gives(service, tmp_path):
     assert "test_" not in json.dumps([answer, wrong])                   # no hidden test's name
 
 
+@SHARED
 def test_checking_again_reveals_nothing_new(service):
     """Three checks of one broken notebook (each grading draws its own inputs): the answers name the same causes and
     say the same thing but for numbers and what each saw of its own drawn inputs, and hold nothing but the scores and
@@ -134,6 +138,7 @@ def test_checking_again_reveals_nothing_new(service):
     assert said(answers[0]) == said(answers[1]) == said(answers[2])
 
 
+@SHARED
 def test_each_check_draws_its_own_inputs(service):
     """A rope that tells what it was given (its input's sum, in its error, which the answer shows): two checks of
     the same notebook were given different inputs, so what one check shows of its inputs says nothing of the next's."""
@@ -146,6 +151,7 @@ def test_each_check_draws_its_own_inputs(service):
     assert said[0] != said[1], said
 
 
+@SHARED
 def test_refusals_come_before_any_grading(service):
     nb = nbformat.writes(variants.submission(ASG)).encode()
     started = service.state.joinpath("scratch")
@@ -163,6 +169,7 @@ def test_refusals_come_before_any_grading(service):
     assert len(list(started.iterdir())) == before, "a refused request made a grading folder"
 
 
+@SHARED
 def test_the_rate_limit_refuses_without_grading(service):
     """cy's 3 checks an hour are spent (on uploads that are not notebooks: no grading); the 4th is refused with
     when to retry, and another learner is not."""
@@ -175,6 +182,7 @@ def test_the_rate_limit_refuses_without_grading(service):
     assert service.post(f"/check/{ASG}", b"[]", service.roster["learners"]["dee"])[0] == 400
 
 
+@SHARED
 def test_the_queue_is_fair_under_load(service):
     """One grading at a time: dee sends two checks at once (of a notebook that takes 4 s to run), then eve one a
     second later, while dee's first is graded; eve's is graded before dee's second."""
@@ -195,6 +203,7 @@ def test_the_queue_is_fair_under_load(service):
     assert done.index("eve") < 2, done
 
 
+@SHARED
 def test_checks_are_counted_for_the_instructor_and_change_no_gradebook(service, tmp_path):
     assert service.post(f"/check/{ASG}", b"[]", service.roster["learners"]["eve"])[0] == 400     # logged, no grading
     assert service.post(f"/check/{ASG}", b"[]", service.roster["learners"][FORMULA])[0] == 400
@@ -293,6 +302,7 @@ def test_with_a_dask_scheduler_checks_run_on_its_workers(tmp_path):
     assert [r["graded by"] for r in rows] == [next(iter(workers))], (rows, workers)
 
 
+@SHARED
 @pytest.mark.browser
 def test_the_upload_page_shows_a_learner_s_script_as_text(service, tmp_path):
     from playwright.sync_api import sync_playwright
@@ -318,6 +328,7 @@ def test_the_upload_page_shows_a_learner_s_script_as_text(service, tmp_path):
         browser.close()
 
 
+@SHARED
 def test_check_in_the_learner_s_kernel_prints_the_feedback(service, tmp_path, monkeypatch):
     """The released notebook's own check() cell, run in a real kernel beside the saved notebook, with the address
     and token from the environment: it prints the scores and each graded cell's verdict."""
@@ -328,6 +339,7 @@ def test_check_in_the_learner_s_kernel_prints_the_feedback(service, tmp_path, mo
     assert "rope_tests: 4 / 4 points" in printed, printed
 
 
+@SHARED
 @pytest.mark.browser
 def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
     """JupyterLab with the course's extension as `make install` installs it (labextension/, by pip): the notebook
@@ -445,6 +457,7 @@ def test_admission_takes_every_limit_at_once_and_gives_back_only_grader_failures
     assert a.held == 0 and not a.waiting
 
 
+@SHARED
 def test_fifty_checks_at_once_from_one_token_get_the_rate_limit_s_three(service):
     """Fifty requests from one token, every one's headers before any body: the first three take the three checks an
     hour and are answered once their bodies arrive (not notebooks: 400, counted); the other 47 are refused 429 from
@@ -463,6 +476,7 @@ def test_fifty_checks_at_once_from_one_token_get_the_rate_limit_s_three(service)
     assert _counted(service)[("hal", ASG)]["checks"] == "3"
 
 
+@SHARED
 def test_a_long_dead_alias_chain_is_read_in_time_and_graded(service):
     """A notebook whose reading took the grader minutes (a dead chain of 4,000 aliases, last to first) is read in
     linear time now: answered 200 with the marks of the reference, well within the check's 40 s."""
@@ -486,6 +500,7 @@ def test_a_check_past_its_time_is_the_learner_s_and_counted(tmp_path):
     assert "it was counted" in str(refused.value)
 
 
+@SHARED
 def test_a_notebook_that_kills_its_worker_is_graded_as_such(service):
     """A rope that kills the process it runs in: the learner's check, answered 200 with that part at 0 and why."""
     status, answer = service.check("kim", variants.submission(ASG, {"rope": KILLING_ROPE}), ASG)
@@ -494,6 +509,7 @@ def test_a_notebook_that_kills_its_worker_is_graded_as_such(service):
     assert rope["score"] == 0 and "your code was killed while calling rope()" in rope["text"], rope
 
 
+@SHARED
 def test_a_body_past_the_cap_is_refused_and_counted(service):
     """A chunked upload (no length said) that passes the 400,000-byte cap: 413 and counted (two more, then 429)."""
     check = RawCheck(service.port, f"/check/{ASG}", service.roster["learners"]["lu"], b"x" * 500_000, chunked=True)
@@ -504,6 +520,7 @@ def test_a_body_past_the_cap_is_refused_and_counted(service):
     assert [service.post(f"/check/{ASG}", b"[]", token)[0] for _ in range(3)] == [400, 400, 429]
 
 
+@SHARED
 def test_notes_reach_the_learner_as_plain_text(service):
     """A notebook with a copied solution cell: the grader's note on it (from the grading's record) reads as written,
     with no markdown escape."""
@@ -519,6 +536,7 @@ def test_notes_reach_the_learner_as_plain_text(service):
     assert f"Grader note: {note}" in answer["text"] and "\\" not in answer["text"], answer["text"]
 
 
+@SHARED
 def test_a_learner_s_words_come_back_as_written(service):
     """A rope whose error is full of markdown's marks: the answer says it byte for byte, in the verdict's text and in
     the whole answer's, as the grading's record holds it (nothing rendered is read back, escaped or not)."""
@@ -529,6 +547,7 @@ def test_a_learner_s_words_come_back_as_written(service):
     assert rope["score"] < 4 and said in rope["text"] and said in answer["text"], rope["text"]
 
 
+@SHARED
 def test_the_service_answers_while_it_warms_up(service):
     """The port is bound first: the first answer (before the graders were ready) was 503 with Retry-After."""
     started = service.started
@@ -536,6 +555,7 @@ def test_the_service_answers_while_it_warms_up(service):
     assert started["first_answer_s"] < started["ready_s"], started
 
 
+@SHARED
 def test_a_taken_port_is_one_clear_line(service, tmp_path):
     t = time.monotonic()
     r = subprocess.run([sys.executable, "-m", "autograder.service", "--roster", str(service.roster_path),
