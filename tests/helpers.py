@@ -6,6 +6,8 @@ import importlib.util
 import io
 import os
 import re
+import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -15,6 +17,7 @@ import psutil
 
 from autograder import notebooks
 from autograder.authoring import variants
+from autograder.classroom import grade
 from autograder.verdict import hidden
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +36,30 @@ SUITE = ("autograder.verdict.suite_server", "autograder.verdict.hidden")
 # Markdown's special characters (escape, emphasis, code, link, heading): text read back from a rendering would come
 # back escaped or changed; read from the record, it is these characters.
 MARKS = r"a \ b: (c) *d* _e_ `f` [g](h) # i"
+
+
+_PREPARED: dict[str, Path] = {}
+
+
+def prepare(grading_dir: Path, assignments: list[str]) -> Path:
+    """`grade.prepare` (nbgrader generate_assignment into a new grading folder with its own SQLite gradebook), run once
+    per assignment in this test process and copied after that: what it writes names no folder, so a copy is the
+    same. A check service's prepared assignments are `<state>/templates/<assignment>`."""
+    grading_dir = Path(grading_dir)
+    key = ",".join(assignments)
+    if key not in _PREPARED:
+        _PREPARED[key] = Path(tempfile.mkdtemp(prefix="prepared-")) / "grading"
+        grade.prepare(_PREPARED[key], assignments)
+    if grading_dir.exists():
+        shutil.rmtree(grading_dir)
+    shutil.copytree(_PREPARED[key], grading_dir)
+    return grading_dir
+
+
+def prepare_service(state: Path, assignments: list[str]):
+    """A check service's state folder with its assignments prepared (`prepare`), as its Checker would."""
+    for asg in assignments:
+        prepare(Path(state) / "templates" / asg, [asg])
 
 
 def all_variants():

@@ -15,6 +15,7 @@ import sys
 import time
 
 import pytest
+from helpers import prepare
 
 from autograder.authoring import variants
 from autograder.classroom import classgrade, grade, report
@@ -53,7 +54,7 @@ def serial_bug_verdict():
 @pytest.fixture(scope="module")
 def sqlite_class(tmp_path_factory):
     d = tmp_path_factory.mktemp("class-sqlite")
-    grade.prepare(d, [ASG])
+    prepare(d, [ASG])
     _class(d, {"ada": variants.submission(ASG), "ben": variants.submission(ASG, _bug().cells),
                "dev": variants.submission(ASG, answered=False), "lost": None})
     out = io.StringIO()

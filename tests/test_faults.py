@@ -24,7 +24,7 @@ import time
 
 import pytest
 import torch
-from helpers import ASSIGNMENTS, ROOT, SUITE, peak_memory
+from helpers import ASSIGNMENTS, ROOT, SUITE, peak_memory, prepare
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,7 +72,7 @@ def faults(tmp_path_factory):
         "no_sandbox": ({"GRADER_PROCESSES": "1"}, "the notebook's kernel did not start in the sandbox",
                        "bwrap: Creating new namespace failed"),
     }
-    grade.prepare(d, [ASG])
+    prepare(d, [ASG])
     runs = {}
     for learner, (env, _, _) in injected.items():
         grade.submit(d, learner, ASG, variants.submission(ASG))
@@ -168,7 +168,7 @@ def test_a_learner_whose_every_call_hangs_is_stopped_at_the_budget(tmp_path):
     graded with zeros and told why (the learner's doing, not a grader fault)."""
     budget, grace = 15, 10
     d = tmp_path / "grading"
-    grade.prepare(d, [ASG])
+    prepare(d, [ASG])
     grade.submit(d, "spinner", ASG, variants.submission(ASG, HANGS))
     env = {"GRADER_LEARNER_BUDGET": str(budget), "GRADER_GRACE": str(grace), "GRADER_CELL_TIMEOUT": "5",
            "GRADER_CALL_TIMEOUT": "5"}

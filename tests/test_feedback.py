@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from attacks import FLOOD, HEAVY
-from helpers import CHROMIUM, CHROMIUM_ARGS, MARKS, SUITE, peak_memory
+from helpers import CHROMIUM, CHROMIUM_ARGS, MARKS, SUITE, peak_memory, prepare
 
 from autograder.authoring import variants
 from autograder.classroom import grade
@@ -74,7 +74,7 @@ TRUSTED = {"nbgrader autograde": ("nbgrader autograde",), "hidden suite": SUITE}
 def graded(tmp_path_factory):
     """Each learner autograded on its own (timed, the trusted processes' memory polled), then the class's feedback."""
     d = tmp_path_factory.mktemp("feedback")
-    grade.prepare(d, [ASG])
+    prepare(d, [ASG])
     ref = variants.reference_sources(ASG)
     learners = {"normal": variants.submission(ASG), "mallory": _mallory(),
                 "flood": variants.submission(ASG, {"sinusoidal_encoding": ref["sinusoidal_encoding"] + FLOOD}),

@@ -8,7 +8,7 @@ import sys
 
 import nbformat
 import pytest
-from helpers import ROOT, leaks, suite_lines
+from helpers import ROOT, leaks, prepare, suite_lines
 
 from autograder.authoring import release, variants
 from autograder.classroom import grade
@@ -150,7 +150,7 @@ def _lost_grade_ids():
 @pytest.fixture(scope="module")
 def repaired(tmp_path_factory):
     d = tmp_path_factory.mktemp("repaired")
-    grade.prepare(d, [ASG])
+    prepare(d, [ASG])
     grade.submit(d, "copycat", ASG, _copied_cell())
     grade.submit(d, "nameless", ASG, _lost_grade_ids())
     r = grade.autograde(d, ASG, capture_output=True, text=True)

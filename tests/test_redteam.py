@@ -13,7 +13,7 @@ import threading
 import nbformat
 import pytest
 from attacks import FLOOD, MARKER, NOTEBOOK_ATTACKS, SNIPPETS, WRONG
-from helpers import leaks, suite_lines
+from helpers import leaks, prepare, suite_lines
 
 from autograder.authoring import variants
 from autograder.classroom import grade
@@ -78,7 +78,7 @@ def listener():
 def attacked(tmp_path_factory, listener):
     port, _ = listener
     d = tmp_path_factory.mktemp("redteam")
-    grade.prepare(d, [ASG])
+    prepare(d, [ASG])
     grade.submit(d, "honest", ASG, variants.submission(ASG))
     for name, snippet in SNIPPETS.items():
         code = WRONG + snippet.replace("PORT", str(port))

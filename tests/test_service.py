@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import psutil
 import pytest
-from helpers import CHROMIUM, CHROMIUM_ARGS, MARKS, leaks, run_check_cell, suite_lines
+from helpers import CHROMIUM, CHROMIUM_ARGS, MARKS, leaks, prepare, prepare_service, run_check_cell, suite_lines
 
 from autograder import ROOT
 from autograder.authoring import variants
@@ -82,7 +82,7 @@ def service(tmp_path_factory):
     """The service, started where GRADEBOOK_URL names the class's gradebook (which no check may touch), with a
     learner's check stopped after 40 s."""
     tmp = tmp_path_factory.mktemp("service")
-    grade.prepare(tmp / "class", [ASG])
+    prepare(tmp / "class", [ASG])
     s = LocalService(tmp, _roster(rate=[3, 3600], max_concurrent=1, max_bytes=400_000, max_waiting_per_learner=5,
                                   max_connections=64),
                      env={"GRADEBOOK_URL": grade.db_url(tmp / "class"), **LEARNER_TIMEOUT})
@@ -100,7 +100,7 @@ def test_a_check_gives_what_autograde_gives(service, tmp_path):
                                  service.roster["learners"]["ada"])
     assert ok == 200 and answer["total"] == answer["points"] == 11, answer
     d = tmp_path / "batch"
-    grade.prepare(d, [ASG])
+    prepare(d, [ASG])
     grade.submit(d, "ada", ASG, variants.submission(ASG))
     assert grade.autograde(d, ASG, capture_output=True).returncode == 0
     graded = nbformat.read(str(d / "autograded" / "ada" / ASG / f"{ASG}.ipynb"), as_version=4)
@@ -223,6 +223,7 @@ def test_checks_are_counted_for_the_instructor_and_change_no_gradebook(service, 
 
 
 def test_a_grader_fault_is_the_grader_s_and_costs_the_learner_nothing(tmp_path):
+    prepare_service(tmp_path / "state", [ASG, "attention"])
     s = LocalService(tmp_path, _roster(rate=[1, 3600]), env={"GRADER_THREADS": "0"})     # every worker fails to start
     try:
         status, answer = s.check("ada", variants.submission(ASG), ASG)
@@ -240,6 +241,7 @@ def test_a_grader_fault_is_the_grader_s_and_costs_the_learner_nothing(tmp_path):
 def test_a_grader_that_dies_mid_check_is_replaced_and_the_check_not_counted(tmp_path):
     """The warm grader grading ada's check is killed: ada is told it failed on the grader's side (503), the check is
     not counted against her, and her next check is graded by a new grader."""
+    prepare_service(tmp_path / "state", [ASG, "attention"])
     s = LocalService(tmp_path, _roster(rate=[2, 3600], max_concurrent=1))
     try:
         graders = [p for p in psutil.Process(s.proc.pid).children()
@@ -269,6 +271,7 @@ def test_a_warm_grader_is_replaced_after_its_share_of_checks(tmp_path, monkeypat
     from autograder.service import grading
 
     monkeypatch.setattr(grading, "RECYCLE", 2)
+    prepare_service(tmp_path, [ASG])
     checker = grading.Checker(tmp_path, [ASG], graders=1)
     try:
         body = nbformat.writes(variants.submission(ASG)).encode()
@@ -290,6 +293,7 @@ def test_with_a_dask_scheduler_checks_run_on_its_workers(tmp_path):
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None,
                       silence_logs=logging.ERROR, memory_limit=0) as cluster:
+        prepare_service(tmp_path / "state", [ASG, "attention"])
         s = LocalService(tmp_path, _roster(), args=("--scheduler", cluster.scheduler_address))
         try:
             status, answer = s.check("ada", variants.submission(ASG), ASG)
@@ -489,6 +493,7 @@ def test_a_long_dead_alias_chain_is_read_in_time_and_graded(service):
 def test_a_check_past_its_time_is_the_learner_s_and_counted(tmp_path):
     """Whatever keeps a check's grading past the learner's deadline is their notebook's doing: a real grader given
     less time than any grading takes stops it and answers for the learner (counted), not as a grader fault."""
+    prepare_service(tmp_path / "state", [ASG])
     checker = grading.Checker(tmp_path / "state", [ASG])
     checker.timeout = 0.5
     try:

@@ -11,6 +11,7 @@ import json
 
 import nbformat
 import pytest
+from helpers import prepare
 from trust_attacks import (
     BIG_COMMENT,
     CLASSES,
@@ -32,7 +33,7 @@ def _graded(tmp_path_factory, group):
     """A class of attackers (`group`: an assignment, or assignment/class) graded in one run."""
     asg = group.split("/")[0]
     d = tmp_path_factory.mktemp(f"trust-{group.replace('/', '-')}")
-    grade.prepare(d, [asg])
+    prepare(d, [asg])
     control = CLASSES[group]["control"]
     learners = {name: {**control, **tricks} for name, tricks in CLASSES[group].items()}
     if asg == "attention":
