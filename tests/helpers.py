@@ -1,6 +1,7 @@
 """What the project's tests share: the course's paths and assignments, its secrets and the search for them, the
 browser's settings, text full of markdown's marks, a polled measure of processes' memory, a learner's check() run in
 a real kernel, and grade books read as the LMS that imports them reads them."""
+import atexit
 import csv
 import importlib.util
 import io
@@ -49,6 +50,7 @@ def prepare(grading_dir: Path, assignments: list[str]) -> Path:
     key = ",".join(assignments)
     if key not in _PREPARED:
         _PREPARED[key] = Path(tempfile.mkdtemp(prefix="prepared-")) / "grading"
+        atexit.register(shutil.rmtree, _PREPARED[key].parent, True)
         grade.prepare(_PREPARED[key], assignments)
     if grading_dir.exists():
         shutil.rmtree(grading_dir)
