@@ -75,10 +75,9 @@ def module_of(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def module_imports(path: Path) -> set[str]:
-    """The package's modules a file imports, anywhere in it (inside functions, under TYPE_CHECKING): `from a.b
-    import c` is a.b.c when c is a module, else a.b."""
-    modules = {module_of(p) for p in PACKAGE.rglob("*.py")}
+def module_imports(path: Path, modules: set[str]) -> set[str]:
+    """Those of the package's `modules` a file imports, anywhere in it (inside functions, under TYPE_CHECKING):
+    `from a.b import c` is a.b.c when c is a module, else a.b."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -129,8 +128,11 @@ def test_circles_finds_modules_that_import_each_other():
 def test_no_two_modules_import_each_other_even_through_others():
     """A module below another never needs it: not for a type, not inside a function (packages aside: a package's
     face may name what its modules hold)."""
-    graph = {module_of(p): module_imports(p) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
-    assert circles(graph) == [], "modules that import each other, through others or not"
+    files = list(PACKAGE.rglob("*.py"))
+    modules = {module_of(p) for p in files}
+    graph = {module_of(p): module_imports(p, modules) for p in files if p.name != "__init__.py"}
+    found = circles(graph)
+    assert not found, f"modules that import each other, through others or not: {found}"
 
 
 def test_every_folder_of_the_flow_exists_and_says_what_it_is():
