@@ -5,6 +5,7 @@ says what was observed (the call, the output, where it is wrong)."""
 import importlib
 
 import pytest
+import torch
 from helpers import ASSIGNMENTS
 
 from autograder.authoring import variants
@@ -88,3 +89,18 @@ def test_the_judge_names_what_it_observed():
     changed = {**expected, "args_after": [[torch.zeros(3)], [torch.ones(3)]]}
     assert "in place (with autograd off)" in contract.judge(call, changed, expected)
     assert contract.judge(call, expected, expected) is None
+
+
+def test_two_answers_that_left_an_argument_alike_are_the_same_answer():
+    """A known mistake replayed here and the learner's code in its worker may round a value written in place
+    differently in its last bits: the same answer. An argument left as sent against one written into is not, nor is
+    an output of another value."""
+    x = torch.randn(2, 9, 12, generator=torch.Generator().manual_seed(0))
+    out = x * 2
+    written = x + out
+    rounded = written + torch.finfo(torch.float32).eps * written.abs().max()
+    answer = {"first": out, "second": out, "args_after": [[written], [written]]}
+    expected = contract.Expected({"first": out}, truth=out.double())
+    assert contract.same_outcome(answer, {**answer, "args_after": [[rounded], [rounded]]}, expected)
+    assert not contract.same_outcome(answer, {**answer, "args_after": [[x], [x]]}, expected)
+    assert not contract.same_outcome(answer, {**answer, "first": out + 1}, expected)
