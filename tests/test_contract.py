@@ -3,6 +3,7 @@ process on many more drawn calls than a grading makes: the reference and every k
 every call, and every known mistake that changes what a part computes breaks it on some call, with a message that
 says what was observed (the call, the output, where it is wrong)."""
 import importlib
+import types
 
 import pytest
 import torch
@@ -104,3 +105,49 @@ def test_two_answers_that_left_an_argument_alike_are_the_same_answer():
     assert contract.same_outcome(answer, {**answer, "args_after": [[rounded], [rounded]]}, expected)
     assert not contract.same_outcome(answer, {**answer, "args_after": [[x], [x]]}, expected)
     assert not contract.same_outcome(answer, {**answer, "first": out + 1}, expected)
+
+
+class _Here:
+    """The course's parts run in this process, called as the judge calls a learner's (made, loaded, called)."""
+
+    def __init__(self, ns):
+        self.ns = ns
+
+    def fn(self, name):
+        return self.ns[name]
+
+    def new(self, name, *args):
+        return _Module(self.ns[name](*args).eval())
+
+
+class _Module:
+    def __init__(self, module):
+        self.module = module
+
+    def state_dict(self):
+        return self.module.state_dict()
+
+    def load_state_dict(self, state, strict=True, contract=None):
+        self.module.load_state_dict(state, strict=strict)
+
+    def __call__(self, *args):
+        with torch.no_grad():
+            return self.module(*args)
+
+
+JUDGED_GRADINGS = [234, *range(100)]   # 234: sizes where torch's layer alone set too small an allowed error
+
+
+@pytest.mark.parametrize("name", suite("transformer").PASTED)
+def test_the_judge_finds_the_course_s_pasted_parts_right_at_every_drawn_size(name):
+    """judge.py decides whether a pasted part is the learner's or replaced by the course's, on sizes drawn per grading:
+    the course's own part is right at the sizes of every grading drawn here."""
+    from autograder.verdict import context
+    from autograder.verdict.suites import judge
+
+    ns = reference_namespace("transformer")
+    here, course = _Here(ns), types.SimpleNamespace(**ns)
+    for seed in JUDGED_GRADINGS:
+        context.begin(context.Context(seed=seed))
+        judge._JUDGED.clear()
+        assert all(judge.verdicts(here, name, course=course)), (seed, judge.drawn(1000))

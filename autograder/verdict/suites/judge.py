@@ -9,6 +9,7 @@ from autograder.verdict.learner import LearnerError
 
 from .checks import Diagnosis, check, close, load_state, randn, seeded
 from .oracles import (
+    block_baselines,
     norm_baseline,
     oracle_attention,
     oracle_block,
@@ -64,7 +65,7 @@ def _check(learner, name: str, s: dict, seed: int, course=None):
                                 lambda st: plain_ff(st, x.double()), lambda st: plain_ff(st, x)),
                 "TransformerBlock": ((D, H, d_ff), random_block_state(D, d_ff, seed=seed + 8),
                                      lambda st: oracle_block(st, H, x),
-                                     lambda st: oracle_block(st, H, x, dtype=torch.float32))}
+                                     lambda st: block_baselines(st, H, x))}
         args, state, want, plain = made[name]
         proxy = learner.new(name, *args)
         load_state(proxy, state, name)

@@ -29,6 +29,7 @@ from .contract import Call, Draw, Part, check_drawn
 from .library import ATTENTION_OPS, NORM_OPS
 from .oracles import (
     NORM_PARAMS,
+    block_baselines,
     norm_baseline,
     oracle_block,
     oracle_mha,
@@ -303,7 +304,7 @@ def block_close(proxy, state, H, x, mask=None, norm_first=True, what="Transforme
     shown = f"{what} ({'Pre-LN' if norm_first else 'Post-LN'}) on x of shape {tuple(x.shape)}" + (
         "" if mask is None else f" with a {'x'.join(map(str, mask.shape))} mask")
     close(proxy(x) if mask is None else proxy(x, mask), oracle_block(state, H, x, mask, norm_first), shown,
-          baseline=oracle_block(state, H, x, mask, norm_first, dtype=torch.float32), dtype=torch.float32)
+          baseline=block_baselines(state, H, x, mask, norm_first), dtype=torch.float32)
 
 
 _PARTS: dict = {}
