@@ -10,6 +10,7 @@ import sys
 import pytest
 from helpers import ASSIGNMENTS, all_variants
 
+from autograder import config
 from autograder.authoring import variants
 from autograder.notebooks import TESTS_SUFFIX, graded_cells, reference_namespace
 from autograder.verdict import hidden, record
@@ -42,9 +43,14 @@ def reached(asg: str, variant) -> set[str]:
 
 @pytest.mark.parametrize("asg", ASSIGNMENTS)
 def test_reference_gets_full_marks(asg):
-    verdicts = _grade(asg)
-    for gid, v in verdicts.items():
+    """Full marks, and the frame cap holds every legitimate answer with a margin: the largest frame a worker sent
+    the trusted side (the grading's own count) is under half of `max_frame_bytes`."""
+    grading = hidden.grade(variants.submission(asg), asg)
+    assert grading.fault is None, f"{grading.fault}\n{grading.log[-3000:]}"
+    for gid, v in grading.verdicts.items():
         assert v.score == v.points, f"{gid}: {v.failed}"
+    largest, cap = grading.profile["largest_frame"], config.current().max_frame_bytes
+    assert 0 < largest and 2 * largest <= cap, f"{asg}: a legitimate frame of {largest} bytes, the cap is {cap}"
 
 
 @pytest.mark.parametrize("asg", ASSIGNMENTS)

@@ -160,6 +160,12 @@ def read_message(fd: int, deadline: float | None = None, max_payload: int = MAX_
                  max_header: int = MAX_HEADER):
     """Read one frame; TimeoutError past the deadline, EOFError when the other side closed,
     ProtocolError for a malformed frame or one larger than `max_header` or `max_payload` bytes (never read)."""
+    return read_frame(fd, deadline, max_payload, max_header)[0]
+
+
+def read_frame(fd: int, deadline: float | None = None, max_payload: int = MAX_PAYLOAD,
+               max_header: int = MAX_HEADER) -> tuple[object, int]:
+    """One frame as `read_message` reads it, and its size in bytes."""
     (hlen,) = struct.unpack("<I", _read_exact(fd, 4, deadline))
     if hlen > max_header:
         raise ProtocolError(f"message header of {hlen} bytes is too large")
@@ -168,7 +174,7 @@ def read_message(fd: int, deadline: float | None = None, max_payload: int = MAX_
     if plen > max_payload:
         raise ProtocolError(f"message payload of {plen} bytes is too large (at most {max_payload})")
     payload = _read_exact(fd, plen, deadline)
-    return decode(header, payload)
+    return decode(header, payload), 12 + hlen + plen
 
 
 def write_message(fd: int, obj) -> None:

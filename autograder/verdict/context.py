@@ -28,6 +28,7 @@ class Context:
     # verdict, so the feedback, the log and the class report can say so.
     notes: set[str] = field(default_factory=set)
     starts: list = field(default_factory=list)                   # [role, seconds until its cells were loaded]
+    largest_frame: int = 0                                       # bytes of the largest frame a worker sent it
     # The workers made for it ahead (autograder.verdict.learner.Learner, which reads this context: named here by
     # what they are, not by their type, so that this module stays below it).
     shared: dict[str, Any] = field(default_factory=dict)         # role -> a worker of course code shared with it

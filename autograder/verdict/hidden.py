@@ -137,7 +137,7 @@ def answer(req: dict) -> dict:
     launched = float(req.get("launched") or main_started)
     profile = {"process_start_s": main_started - launched,
                "collect_s": (recorder.first_test or time.time()) - main_started,
-               "cells_s": recorder.seconds, "workers": grading.starts}
+               "cells_s": recorder.seconds, "workers": grading.starts, "largest_frame": grading.largest_frame}
     module = next((m for n, m in list(sys.modules.items()) if n.rpartition(".")[2] == f"test_{assignment}"
                    and getattr(m, "A", None) == assignment), None)
     return {"exit": int(code), "records": recorder.records, "library": getattr(module, "LIBRARY", None),

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autograder import config
-from autograder.inside.protocol import ProtocolError, read_message, write_message
+from autograder.inside.protocol import ProtocolError, read_frame, write_message
 from autograder.sandbox.box import Limits, Sandbox, SandboxUnavailable, kill_tree
 from autograder.sandbox.forkserver import Forked
 from autograder.verdict import context, measure
@@ -253,8 +253,11 @@ class Learner:
     def _read(self, timeout: float, during: str):
         assert self.proc is not None and self.proc.stdout is not None       # a worker was started
         try:
-            return read_message(self.proc.stdout.fileno(), time.monotonic() + timeout,
-                                max_payload=self.settings.max_frame_bytes)
+            message, size = read_frame(self.proc.stdout.fileno(), time.monotonic() + timeout,
+                                       max_payload=self.settings.max_frame_bytes)
+            grading = context.current()
+            grading.largest_frame = max(grading.largest_frame, size)
+            return message
         except TimeoutError:
             self._log_stderr(during)
             self._die()

@@ -158,7 +158,7 @@ class Grading:
     notes: list[str] = field(default_factory=list)
     fault: str | None = None
     log: str = ""
-    profile: dict = field(default_factory=dict)    # where the suite's time went (seconds)
+    profile: dict = field(default_factory=dict)    # where the suite's time went (s), its largest frame (bytes)
     # graded cell -> {"name", "differences": [...], "html"} or {"name", "note"}: feedback, not a score
     structure: dict = field(default_factory=dict)
 
