@@ -16,10 +16,14 @@ from autograder.notebooks import TESTS_SUFFIX, graded_cells, reference_namespace
 from autograder.verdict import hidden, record
 
 
-def _grade(asg, cells=None, answered=True, only=()):
+def _grading(asg, cells=None, answered=True, only=()):
     grading = hidden.grade(variants.submission(asg, cells, answered=answered), asg, only=tuple(sorted(only)))
     assert grading.fault is None, f"{grading.fault}\n{grading.log[-3000:]}"
-    return {gid: v for gid, v in grading.verdicts.items() if not only or gid in only}
+    return grading
+
+
+def _grade(asg, cells=None, answered=True, only=()):
+    return {gid: v for gid, v in _grading(asg, cells, answered, only).verdicts.items() if not only or gid in only}
 
 
 @functools.cache
@@ -45,8 +49,7 @@ def reached(asg: str, variant) -> set[str]:
 def test_reference_gets_full_marks(asg):
     """Full marks, and the frame cap holds every legitimate answer with a margin: the largest frame a worker sent
     the trusted side (the grading's own count) is under half of `max_frame_bytes`."""
-    grading = hidden.grade(variants.submission(asg), asg)
-    assert grading.fault is None, f"{grading.fault}\n{grading.log[-3000:]}"
+    grading = _grading(asg)
     for gid, v in grading.verdicts.items():
         assert v.score == v.points, f"{gid}: {v.failed}"
     largest, cap = grading.profile["largest_frame"], config.current().max_frame_bytes
