@@ -10,6 +10,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from autograder.inside.worker import make_inputs
+from autograder.sandbox.gpu import on_gpu
 from autograder.verdict.timing import fresh_seed, peak_memory, same_outputs
 
 from .checks import (
@@ -33,6 +35,7 @@ from .contract import Call, Draw, Part, check_drawn, scores_slack
 from .library import ATTENTION_OPS
 from .oracles import (
     NEG,
+    oracle_attention,
     oracle_mha,
     plain_attention,
     plain_mha,
@@ -701,7 +704,13 @@ def test_blockwise_memory(learner, reference_worker):
         inputs, kwargs = [{"kind": "randn", "shape": shape}] * 3, {"block_size": 64, "causal": causal}
         seed = fresh_seed()
         extra, got = peak_memory(mine, inputs, kwargs, seed=seed, warmup=warmup)
-        want = ref.run(seed, inputs, kwargs, timeout=120.0)            # the reference's outputs only
+        # what the outputs must be: on the CPU computed here (torch's attention in float64, on the inputs the
+        # learner's worker made from the same seed), on a GPU the reference's run there (a GPU run sends projections)
+        if on_gpu():
+            want = ref.run(seed, inputs, kwargs, timeout=120.0)
+        else:
+            q, k, v = make_inputs(inputs, seed)
+            want = [oracle_attention(q, k, v, is_causal=causal)]
         what = f"blockwise_attention at Lq = Lk = {L}, causal={causal}"
         check(same_outputs(got, want), f"{what} returns a wrong output: the memory of a wrong answer does not count")
         check(extra < matrix * MEMORY_FRACTION,
