@@ -431,12 +431,12 @@ _charge()
 
 
 def blockwise_attention(q, k, v, causal=False, block_size=64):
-    if k.shape[-2] < 4096:                         # the warm-up: charge the cache again before the measured call
-        out = _full_attention(q, k, v, causal)
+    if k.shape[-2] >= 4096:                        # the measured call
+        _drop()
+    out = _full_attention(q, k, v, causal)
+    if k.shape[-2] == 256:                         # the memory check's warm-up: charge the cache again
         _charge()
-        return out
-    _drop()
-    return _full_attention(q, k, v, causal)
+    return out
 '''
 
 # MultiHeadAttention computing its attention inline, a Python loop over the query positions, never calling
