@@ -1,41 +1,19 @@
-"""A class graded end to end with the real `nbgrader autograde` and `generate_feedback`: the example class as
-`make` grades it, notebooks that nbgrader alone cannot grade, and nbgrader's commands on a fresh grading folder."""
+"""Notebooks that nbgrader alone cannot grade, graded end to end with the real `nbgrader autograde`, and nbgrader's
+commands on a fresh grading folder. The example class as `make` grades it is tested in test_instructor_guide.py."""
 import copy
 import os
-import re
 import subprocess
-import sys
 
 import nbformat
 import pytest
-from helpers import ROOT, leaks, prepare, suite_lines
+from helpers import ROOT, prepare
 
 from autograder.authoring import release, variants
 from autograder.classroom import grade
-from autograder.classroom.grade_examples import roster
-from autograder.verdict import hidden
 
 ASG = "positional_encoding"
 pytestmark = pytest.mark.xdist_group("class")
 POINTS = {"sinusoidal_encoding_tests": 4.0, "rope_tests": 4.0, "alibi_bias_tests": 3.0}
-
-
-@pytest.fixture(scope="module")
-def graded_class(tmp_path_factory):
-    """`make grade`'s own step, for the example class's assignment and for one nobody in it submits."""
-    d = tmp_path_factory.mktemp("grading") / "fresh"
-    r = subprocess.run([sys.executable, "-m", "autograder.classroom.grade_examples", ASG, "attention",
-                        "--grading-dir", str(d)],
-                       cwd=ROOT, capture_output=True, text=True)
-    return d, r, r
-
-
-def test_make_grade_prints_no_error(graded_class):
-    _, r, _ = graded_class
-    out = r.stdout + r.stderr
-    assert r.returncode == 0, out[-3000:]
-    assert not [line for line in out.splitlines() if "ERROR" in line], out[-3000:]
-    assert "attention: no learner of the example class submits it" in out
 
 
 def _by_learner(rows):
@@ -43,84 +21,6 @@ def _by_learner(rows):
     for r in rows:
         out.setdefault(r.learner, {})[r.cell] = r
     return out
-
-
-def test_gradebook_holds_the_expected_scores(graded_class):
-    d, r, _ = graded_class
-    assert r.returncode == 0, r.stderr[-3000:]
-    rows = _by_learner(grade.scores(d, [ASG]))
-    assert set(rows) == set(roster())
-    for learner, answers in roster().items():
-        got = rows[learner]
-        assert {c: got[c].points for c in got} == POINTS
-        answer = answers[ASG]
-        for cell, points in POINTS.items():
-            score = got[cell].score
-            if answer == "reference":
-                assert score == points, (learner, cell, got[cell].comment)
-            elif answer == "unanswered":
-                assert score == 0, (learner, cell)
-            else:
-                bug = {v.name: v for v in variants.load(ASG)}[answer]
-                if cell in bug.fails:
-                    assert 0 <= score < points, (learner, cell)
-                    assert bug.fails[cell] in (got[cell].comment or ""), got[cell].comment
-                else:
-                    assert score == points, (learner, cell, got[cell].comment)
-
-
-def test_feedback_names_the_mistake_and_hides_the_tests(graded_class):
-    d, _, f = graded_class
-    assert f.returncode == 0, f.stderr[-3000:]
-    secrets = suite_lines()   # learners' own notebooks may hold solution code
-    for learner, answers in roster().items():
-        page = d / "feedback" / learner / ASG / f"{ASG}.html"
-        html = page.read_text()
-        assert not leaks(html, secrets), learner
-        # The math is typeset in the page, no script runs, nothing comes from another host.
-        assert not re.search(r'<(script|link|img)\b[^>]*(src|href)="(https?:)?//', html), learner
-        assert "<script" not in html and "<mjx-container" in html
-        if answers[ASG] not in ("reference", "unanswered"):
-            bug = {v.name: v for v in variants.load(ASG)}[answers[ASG]]
-            for diagnosis in bug.fails.values():
-                assert diagnosis in html, (learner, diagnosis)
-
-
-def test_no_hidden_test_name_reaches_a_learner(graded_class):
-    """Neither the autograded notebook (its metadata included) nor the feedback page names a hidden test."""
-    d, _, _ = graded_class
-    names = set(re.findall(r"^def (test_\w+)", hidden.suite_path(ASG).read_text(), re.M))
-    assert len(names) > 10
-    for learner in roster():
-        for page in (d / "autograded" / learner / ASG / f"{ASG}.ipynb", d / "feedback" / learner / ASG / f"{ASG}.html"):
-            text = page.read_text()
-            assert not [n for n in names if n in text], (learner, page.name)
-
-
-def test_the_record_says_what_was_applied(graded_class):
-    """Each grading's stored record holds the protections its sandbox applied, read while the sandbox existed: on a
-    machine that gives them all, every one is there, and no note says a grading went without one."""
-    from autograder.sandbox import box
-    from autograder.verdict import record
-
-    if box.missing_protections():
-        pytest.skip(f"this machine lacks {box.missing_protections()}")
-    d, _, _ = graded_class
-    for learner in roster():
-        rec = record.load(record.path(d, learner, ASG, ASG))
-        assert rec is not None and rec["gradable"], learner
-        assert rec["protections"] and all(rec["protections"].values()), (learner, rec["protections"])
-        assert not [n for n in rec.get("notes", []) if "graded without" in n], (learner, rec.get("notes"))
-
-
-def test_regrading_gives_the_same_grades(graded_class):
-    d, _, _ = graded_class
-    before = {(r.learner, r.cell): r.score for r in grade.scores(d, [ASG])}
-    learner = next(iter(roster()))
-    r = grade.autograde(d, ASG, learner=learner, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-2000:]
-    after = {(r.learner, r.cell): r.score for r in grade.scores(d, [ASG])}
-    assert after == before
 
 
 # -- notebooks nbgrader alone cannot grade (a KeyError in DeduplicateIds or OverwriteCells) ----------------

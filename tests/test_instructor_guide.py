@@ -11,6 +11,9 @@ Formgrader is started as the README says and answers over HTTP; a cell flagged f
 a score is typed for it, and the typed score and its status stay when every submission is graded again after a change
 of due date. Every command is taken from the README's text (a test fails when the README stops saying it); only the
 exchange's folder is moved to a temporary one.
+
+The example class that `make` graded is checked as well: its gradebook's scores, its feedback pages (each mistake
+named, no hidden test shown), each grading's record, and a learner graded again.
 """
 import csv
 import json
@@ -28,12 +31,15 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from helpers import ROOT, canvas_import, moodle_import
+from helpers import ROOT, canvas_import, leaks, moodle_import, suite_lines
 from nbgrader.api import Gradebook
 
 from autograder.authoring import variants
+from autograder.classroom import grade
+from autograder.classroom.grade_examples import roster
 from autograder.notebooks import is_solution, nbgrader_meta
 from autograder.service.local import free_port
+from autograder.verdict import hidden
 
 pytestmark = pytest.mark.xdist_group("instructor-guide")
 ASG = "positional_encoding"
@@ -186,6 +192,106 @@ def test_make_grades_its_example_class_apart(course):
     print(f"\nthe course's gradebook after `make` and the README's round: {', '.join(seen)}")
 
 
+# -- make's example class (the `course` fixture's first command) --------------------------------------------------
+POINTS = {"sinusoidal_encoding_tests": 4.0, "rope_tests": 4.0, "alibi_bias_tests": 3.0}
+
+
+def _examples(course) -> Path:
+    """The folder where `make` graded the example class."""
+    c, _ = course
+    return c.root / "_build" / "examples"
+
+
+def test_make_grade_prints_no_error(course):
+    out = course[1]["make"].stdout + course[1]["make"].stderr
+    assert not [line for line in out.splitlines() if "ERROR" in line], out[-3000:]
+
+
+def test_an_assignment_nobody_in_the_example_class_submits_is_named_not_graded(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "autograder.classroom.grade_examples", "attention",
+                        "--grading-dir", str(tmp_path / "examples")], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert "attention: no learner of the example class submits it" in r.stdout
+    assert not (tmp_path / "examples" / "autograded").exists()
+
+
+def test_the_example_gradebook_holds_the_expected_scores(course):
+    rows = {}
+    for row in grade.scores(_examples(course), [ASG]):
+        rows.setdefault(row.learner, {})[row.cell] = row
+    assert set(rows) == set(roster())
+    for learner, answers in roster().items():
+        got = rows[learner]
+        assert {c: got[c].points for c in got} == POINTS
+        answer = answers[ASG]
+        for cell, points in POINTS.items():
+            score = got[cell].score
+            if answer == "reference":
+                assert score == points, (learner, cell, got[cell].comment)
+            elif answer == "unanswered":
+                assert score == 0, (learner, cell)
+            else:
+                bug = {v.name: v for v in variants.load(ASG)}[answer]
+                if cell in bug.fails:
+                    assert 0 <= score < points, (learner, cell)
+                    assert bug.fails[cell] in (got[cell].comment or ""), got[cell].comment
+                else:
+                    assert score == points, (learner, cell, got[cell].comment)
+
+
+def test_the_example_feedback_names_the_mistake_and_hides_the_tests(course):
+    d = _examples(course)
+    secrets = suite_lines()   # learners' own notebooks may hold solution code
+    for learner, answers in roster().items():
+        page = d / "feedback" / learner / ASG / f"{ASG}.html"
+        html = page.read_text()
+        assert not leaks(html, secrets), learner
+        # The math is typeset in the page, no script runs, nothing comes from another host.
+        assert not re.search(r'<(script|link|img)\b[^>]*(src|href)="(https?:)?//', html), learner
+        assert "<script" not in html and "<mjx-container" in html
+        if answers[ASG] not in ("reference", "unanswered"):
+            bug = {v.name: v for v in variants.load(ASG)}[answers[ASG]]
+            for diagnosis in bug.fails.values():
+                assert diagnosis in html, (learner, diagnosis)
+
+
+def test_no_hidden_test_name_reaches_an_example_learner(course):
+    """Neither the autograded notebook (its metadata included) nor the feedback page names a hidden test."""
+    d = _examples(course)
+    names = set(re.findall(r"^def (test_\w+)", hidden.suite_path(ASG).read_text(), re.M))
+    assert len(names) > 10
+    for learner in roster():
+        for page in (d / "autograded" / learner / ASG / f"{ASG}.ipynb", d / "feedback" / learner / ASG / f"{ASG}.html"):
+            text = page.read_text()
+            assert not [n for n in names if n in text], (learner, page.name)
+
+
+def test_the_example_records_say_what_was_applied(course):
+    """Each grading's stored record holds the protections its sandbox applied, read while the sandbox existed: on a
+    machine that gives them all, every one is there, and no note says a grading went without one."""
+    from autograder.sandbox import box
+    from autograder.verdict import record
+
+    if box.missing_protections():
+        pytest.skip(f"this machine lacks {box.missing_protections()}")
+    d = _examples(course)
+    for learner in roster():
+        rec = record.load(record.path(d, learner, ASG, ASG))
+        assert rec is not None and rec["gradable"], learner
+        assert rec["protections"] and all(rec["protections"].values()), (learner, rec["protections"])
+        assert not [n for n in rec.get("notes", []) if "graded without" in n], (learner, rec.get("notes"))
+
+
+def test_regrading_an_example_learner_gives_the_same_grades(course):
+    d = _examples(course)
+    before = {(r.learner, r.cell): r.score for r in grade.scores(d, [ASG])}
+    learner = next(iter(roster()))
+    r = grade.autograde(d, ASG, learner=learner, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    after = {(r.learner, r.cell): r.score for r in grade.scores(d, [ASG])}
+    assert after == before
+
+
 def test_release_with_due_date(course):
     c, out = course
     assert (c.root / "exercises" / ASG / f"{ASG}.ipynb").exists()
@@ -293,10 +399,10 @@ def test_formgrader_and_manual_grade(course):
         assert sorted(s["id"] for s in api("/formgrader/api/students")) == sorted([c.user, "ben", "cleo", "dev"])
 
         with Gradebook(f"sqlite:///{c.grading / 'gradebook.db'}") as gb:    # the grader flags ben's first part
-            grade = gb.find_grade("sinusoidal_encoding_tests", ASG, ASG, "ben")
-            grade.needs_manual_grade = True
+            flagged = gb.find_grade("sinusoidal_encoding_tests", ASG, ASG, "ben")
+            flagged.needs_manual_grade = True
             gb.db.commit()
-            grade_id, provisional = grade.id, grade.auto_score
+            grade_id, provisional = flagged.id, flagged.auto_score
 
         def ben():
             return {s["student"]: s for s in api(f"/formgrader/api/submissions/{ASG}")}["ben"]

@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     for asg in [asg for asg, learners in submitted.items() if not learners]:
         print(f"{asg}: no learner of the example class submits it (examples/class_roster.py); not graded")
     graded = [asg for asg, learners in submitted.items() if learners]
+    if not graded:
+        return 0
     grade.prepare(a.grading_dir, graded)
     failed = []
     for asg in graded:
