@@ -91,17 +91,23 @@ def close(actual, expected: torch.Tensor, what: str, baseline: torch.Tensor | tu
               f"{what} contains NaN (in {int(torch.isnan(t).sum())} of {t.numel()} entries)")
     except Diagnosis as e:
         raise Diagnosis(str(e), *known.explain(actual, expected)) from None
-    floor_rtol, floor_atol = FLOORS.get(t.dtype, (1e-6, 1e-6))
-    rtol = floor_rtol if rtol is None else rtol
-    atol = floor_atol if atol is None else atol
-    scale = float(expected.double().abs().max()) if expected.numel() else 0.0
-    allowed = atol + rtol * scale
-    for b in (baseline if isinstance(baseline, tuple) else () if baseline is None else (baseline,)):
-        allowed = max(allowed, 2.0 * max_error(b, expected))
+    baselines = baseline if isinstance(baseline, tuple) else () if baseline is None else (baseline,)
+    allowed = allowed_error(expected, t.dtype, baselines, rtol, atol)
     err = max_error(t, expected)
     if err > allowed:
         raise Diagnosis(f"{what} is wrong: largest error {err:.3g} (allowed {allowed:.3g}){where(t, expected)}",
                         *known.explain(actual, expected, allowed))
+
+
+def allowed_error(truth: torch.Tensor, dtype, baselines=(), rtol: float | None = None,
+                  atol: float | None = None) -> float:
+    """The error allowed against the float64 `truth` at `dtype`: the larger of a floor for the dtype (torch.testing's
+    defaults, unless `rtol` and `atol` are given) and twice the largest error of the `baselines` against it."""
+    floor_rtol, floor_atol = FLOORS.get(dtype, (1e-6, 1e-6))
+    rtol = floor_rtol if rtol is None else rtol
+    atol = floor_atol if atol is None else atol
+    scale = float(truth.double().abs().max()) if truth.numel() else 0.0
+    return max([atol + rtol * scale, *(2.0 * max_error(b, truth) for b in baselines)])
 
 
 def equal(actual, expected: torch.Tensor, what: str):

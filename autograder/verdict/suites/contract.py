@@ -25,7 +25,7 @@ import torch
 
 from autograder.inside.calls import call_twice
 
-from .checks import FLOORS, max_error, where
+from .checks import allowed_error, max_error, where
 
 
 class Draw:
@@ -187,13 +187,9 @@ def _items(x) -> list:
 
 
 def _allowed(truth: torch.Tensor, dtype, baselines: list, slack: float) -> float:
-    rtol, atol = FLOORS.get(dtype, (1e-6, 1e-6))
-    scale = float(truth.double().abs().max()) if truth.numel() else 0.0
-    allowed = atol + rtol * scale + slack
-    for b in baselines:
-        if isinstance(b, torch.Tensor) and b.shape == truth.shape:
-            allowed = max(allowed, 2.0 * max_error(b, truth) + slack)
-    return allowed
+    """checks.allowed_error with the baselines of `truth`'s shape, plus `slack`."""
+    return allowed_error(truth, dtype, [b for b in baselines if isinstance(b, torch.Tensor) and b.shape == truth.shape]
+                         ) + slack
 
 
 def judge(call: Call, got: Outcome, expected: Outcome, truth=None, plain=None, slack: float = 0.0) -> str | None:
