@@ -188,8 +188,8 @@ def _items(x) -> list:
 
 def _allowed(truth: torch.Tensor, dtype, baselines: list, slack: float) -> float:
     """checks.allowed_error with the baselines of `truth`'s shape, plus `slack`."""
-    return allowed_error(truth, dtype, [b for b in baselines if isinstance(b, torch.Tensor) and b.shape == truth.shape]
-                         ) + slack
+    same_shape = [b for b in baselines if isinstance(b, torch.Tensor) and b.shape == truth.shape]
+    return allowed_error(truth, dtype, same_shape) + slack
 
 
 def judge(call: Call, got: Outcome, expected: Outcome, truth=None, plain=None, slack: float = 0.0) -> str | None:
