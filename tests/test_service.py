@@ -30,7 +30,7 @@ from autograder.classroom import grade, report
 from autograder.notebooks import graded_cells
 from autograder.service import grading
 from autograder.service.fair import Admission, FairQueue, RateLimit, Refusal
-from autograder.service.local import LocalService, RawCheck
+from autograder.service.local import LocalService, RawCheck, free_port, wait_for, wait_ready
 from autograder.service.roster import Roster, new_roster
 from autograder.verdict import record
 
@@ -569,6 +569,33 @@ def test_a_taken_port_is_one_clear_line(service, tmp_path):
     assert r.returncode == 1 and time.monotonic() - t < 60
     lines = (r.stdout + r.stderr).strip().splitlines()
     assert len(lines) == 1 and f"127.0.0.1:{service.port}" in lines[0] and "the port is taken" in lines[0], lines
+
+
+@pytest.mark.parametrize("when", ["warming up", "ready"])
+def test_sigint_stops_the_service_even_where_it_was_ignored(tmp_path, when):
+    """A hub stops its services with SIGINT and waits 30 s before SIGTERM. The service stops within seconds, whether
+    its graders are still being prepared or ready, also when it was started with SIGINT ignored (as a shell starts a
+    job in the background), says that it stopped, and leaves no grader behind."""
+    roster = tmp_path / "roster.json"
+    roster.write_text(json.dumps(_roster()))
+    log_path, url = tmp_path / "server.log", f"http://127.0.0.1:{(port := free_port())}"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "autograder.service", "--roster", str(roster), "--state",
+                                 str(tmp_path / "state"), "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        try:
+            (wait_for if when == "warming up" else wait_ready)(url, proc, log_path)
+            children = psutil.Process(proc.pid).children(recursive=True)
+            t = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(20)
+        finally:
+            proc.kill()
+    out = log_path.read_text()
+    assert code == 0 and "stopped" in out and "Traceback" not in out, (code, out[-3000:])
+    print(f"\nstopped {when} in {time.monotonic() - t:.1f} s")
+    _, alive = psutil.wait_procs(children, timeout=15)
+    assert not alive, [p.cmdline() for p in alive]
 
 
 def test_tokens_write_a_private_roster_outside_the_course(tmp_path):

@@ -119,10 +119,12 @@ class Checker:
             return answer
 
     def close(self):
+        """End the idle graders at once: killed with what they started (a warm suite server still making the next
+        check ready would hold an asked grader for seconds), their sandboxes removed."""
         with self.lock:
             idle, self.idle = self.idle, []
         for grader in idle:
-            grader.close()
+            grader.close(kill=True)
 
 
 def answer_of(rec: dict | None) -> dict:

@@ -22,7 +22,9 @@ import html
 import io
 import os
 import re
+import signal
 import socket
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -91,6 +93,14 @@ class Service:
 
             self.client = Client(self.scheduler, timeout="60s")
         self.ready = True
+
+    def close(self):
+        """Stop: checks still waiting are dropped, the idle graders killed (a check under way ends with its grading)."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        if self.checker is not None:
+            self.checker.close()
+        if self.client is not None:
+            self.client.close()
 
     async def who(self, token: str | None) -> str:
         """The learner whose token this is (the roster's, or as a hub service the hub user's), or Refusal."""
@@ -478,17 +488,32 @@ def serve(roster_path: Path, state: Path, host: str = "127.0.0.1", port: int = 8
     url = f"http://{host}:{port}{prefix}"
     print(f"warming up at {url}", flush=True)
     loop = tornado.ioloop.IOLoop.current()
+    # SIGINT (how a hub stops its services, before SIGTERM) and SIGTERM stop the service, whatever it inherited: a
+    # process started with SIGINT ignored (a shell's background job) would otherwise wait for the hub's SIGTERM
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        asyncio.get_event_loop().add_signal_handler(sig, loop.stop)
 
     failed: list[BaseException] = []
 
-    def warmed(future):
-        if future.exception() is not None:
-            failed.append(future.exception())
+    def warmed(error: BaseException | None):
+        if error is not None:
+            failed.append(error)
             loop.stop()
         else:
             print(f"checking {', '.join(sorted(service.roster.assignments))} at {url}", flush=True)
 
-    loop.run_in_executor(None, service.warm_up).add_done_callback(warmed)
+    def warm_up():
+        """Beside the loop, in a thread that does not hold the service up when it is stopped while warming up."""
+        try:
+            service.warm_up()
+        except BaseException as e:     # noqa: BLE001 (said by the loop: the service cannot start)
+            loop.add_callback(warmed, e)
+        else:
+            loop.add_callback(warmed, None)
+
+    threading.Thread(target=warm_up, name="warm-up", daemon=True).start()
     loop.start()
+    service.close()
+    print("stopped", flush=True)
     if failed:
         raise SystemExit(f"the check service could not prepare its graders: {type(failed[0]).__name__}: {failed[0]}")
