@@ -102,8 +102,7 @@ def test_learners_graded_one_after_another_get_what_each_gets_alone(monkeypatch)
     only = ("MultiHeadAttention_tests", "causal_mask_tests", "scaled_dot_product_attention_tests")
 
     def graded(cells):
-        got = scores(hidden.grade(variants.submission("attention", cells), "attention", only=only))
-        return {gid: score for gid, score in got.items() if gid in only}
+        return scores(hidden.grade(variants.submission("attention", cells), "attention", only=only))
 
     batch = [graded(cells) for cells in (bug, {})]
     monkeypatch.setenv("GRADER_WARM_SUITE", "0")

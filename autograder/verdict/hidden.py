@@ -263,14 +263,15 @@ def score(records: list[dict], graded: dict[str, float], findings: static.Report
 
 def grade(nb, assignment: str, settings: config.Settings | None = None, deadline: float | None = None,
           more: bool = True, unfinished=(), only: tuple[str, ...] = (), first_failure: bool = False) -> Grading:
-    """Score every graded cell of a (sanitized) submitted notebook with the hidden suite. `more`: another learner
-    may follow (the warm suite server makes that learner's process ready meanwhile). `unfinished`: the ids of
-    cells the notebook's run stopped at the cell limit, which the worker does not run again. `only`: the graded cells
-    whose tests run (all when empty); `first_failure`: stop at the first failed test (the suites' mutation testing
-    asks whether a cell loses points, not how many)."""
+    """Score every graded cell of a (sanitized) submitted notebook with the hidden suite. `more`: another learner may
+    follow (the warm suite server makes that learner's process ready meanwhile). `unfinished`: the ids of cells the
+    notebook's run stopped at the cell limit, which the worker does not run again. `only`: the graded cells whose
+    tests run and which the grading scores (all when empty); `first_failure`: stop at the first failed test (the
+    suites' mutation testing asks whether a cell loses points, not how many)."""
     settings = settings or config.current()
     deadline = deadline or time.time() + settings.learner_budget
     graded = graded_cells(nb)
+    scored = {gid: pts for gid, pts in graded.items() if not only or gid in only}
     cells = learner_cells(nb)
     for cell in cells:
         if cell["id"] in unfinished:
@@ -279,15 +280,15 @@ def grade(nb, assignment: str, settings: config.Settings | None = None, deadline
     result = run_suite(assignment, cells, settings, deadline, more, only, first_failure)
     profile = {**result.get("profile", {}), "suite_s": time.time() - started}
     if "error" in result:
-        return Grading({gid: Verdict(gid, pts) for gid, pts in graded.items()}, fault=result["error"],
+        return Grading({gid: Verdict(gid, pts) for gid, pts in scored.items()}, fault=result["error"],
                        log=result.get("log", ""))
     faults = [r for r in result["records"] if r.get("fault")]
     findings = static.analyse(cells, {gid.removesuffix(TESTS_SUFFIX) for gid in graded}, result.get("library"),
                               deadline_s=min(static.DEADLINE_S, max(1.0, deadline - time.time())))
-    verdicts = score(result["records"], graded, findings)
+    verdicts = score(result["records"], scored, findings)
     fault = f"a grader fault in a hidden test: {faults[0]['diagnosis']}" if faults else None
     return Grading(verdicts, notes=result.get("notes", []), fault=fault, log=result.get("log", ""), profile=profile,
-                   structure={c: s for c, s in result.get("structure", {}).items() if c in graded})
+                   structure={c: s for c, s in result.get("structure", {}).items() if c in scored})
 
 
 if __name__ == "__main__":
