@@ -107,16 +107,21 @@ lint: install
 	$(BIN)/mypy
 
 # The test tiers are pytest markers (tests/conftest.py, docs/testing.md): quick, nbgrader, browser, gpu, full.
+# CI (.ci/run) runs make test, then make test-full: every test.
+TEST_NEEDS := $(CHROMIUM) postgres graphviz $(VIZ_JS) $(NODE)
+
 test-quick: install
 	$(BIN)/pytest -n 2 -q -m quick tests
 
-test: lint $(CHROMIUM) postgres graphviz $(VIZ_JS) $(NODE)
+test: lint $(TEST_NEEDS)
 	$(BIN)/pytest -n 2 --dist loadgroup --durations=15 -m "not full" tests
 
-# What make test samples, whole: every correct alternative of examples/variants/ graded beside a CPU hog (make test
-# grades one per assignment), every known mistake graded on its whole notebook (make test: the cells it can reach).
-test-full: install
-	$(BIN)/pytest -n 2 --dist loadgroup -m full tests
+# What make test leaves out or samples, whole: the book built (its experiments run) and its site in a browser, the
+# classes of attackers and the red team, every known mistake of examples/variants/ (make test: one per graded cell, on
+# the cells it can reach) also on its whole notebook, every correct alternative beside a CPU hog (make test: one per
+# assignment).
+test-full: install $(TEST_NEEDS)
+	$(BIN)/pytest -n 2 --dist loadgroup --durations=15 -m full tests
 
 # Measurements, not pass/fail: speed against torch's own layers, memory, the speed check's calibration,
 # where one notebook's grading time goes, trusted grading against plain nbgrader on the same notebooks,

@@ -7,25 +7,27 @@ from helpers import ASSIGNMENTS
 from autograder.verdict.suites import conftest as suites_conftest
 
 # The tiers, each a pytest marker (docs/testing.md gives each one's time): `make test-quick` runs the first, `make test`
-# every one but `full` (a `gpu` test skips itself where no CUDA device is), `make test-full` the last.
+# every one but `full` (a `gpu` test skips itself where no CUDA device is), `make test-full` the last. CI runs both
+# `make test` and `make test-full`: every test runs there.
 TIERS = {
     "quick": "no notebook graded, no nbgrader command, no browser, no book build",
     "nbgrader": "grades notebooks: a hidden suite against a sandboxed worker, nbgrader's commands, the check service",
-    "browser": "drives Chromium, or builds the book",
+    "browser": "drives Chromium",
     "gpu": "needs a CUDA device (make gpu-check)",
-    "full": "too long for make test: every correct alternative beside a CPU hog, every known mistake on its whole "
-            "notebook",
+    "full": "too long for make test: the book built and its site in a browser, the classes of attackers, every known "
+            "mistake, every correct alternative beside a CPU hog and on its whole notebook",
 }
 # Each file's tier, for the tests in it that are not marked with another where they are written. A test that uses the
-# `browser` fixture is in the browser tier wherever it is.
+# `browser` fixture is in the browser tier wherever it is; one that needs the book built (the `site` fixture: its
+# pages' experiments run from scratch on a clean clone, 6 minutes of one core) is in the full tier.
 FILE_TIERS = {
     "quick": ["test_channel.py", "test_house.py", "test_static.py", "test_timing.py", "test_gpu.py", "test_sandbox.py",
-              "test_contract.py", "test_labextension.py"],
+              "test_contract.py", "test_labextension.py", "test_book.py"],
     "nbgrader": ["test_class.py", "test_exercises.py", "test_export.py", "test_faults.py", "test_feedback.py",
                  "test_forkserver.py", "test_grading.py", "test_graph.py", "test_hub.py", "test_instructor_guide.py",
-                 "test_mutation.py", "test_pooling.py", "test_redteam.py", "test_release.py", "test_scaffold.py",
-                 "test_service.py", "test_trust.py", "test_variants.py"],
-    "browser": ["test_book.py", "test_site.py"],
+                 "test_mutation.py", "test_pooling.py", "test_release.py", "test_scaffold.py", "test_service.py",
+                 "test_variants.py"],
+    "full": ["test_redteam.py", "test_trust.py", "test_site.py"],
 }
 _TIER_OF = {name: tier for tier, names in FILE_TIERS.items() for name in names}
 
@@ -40,7 +42,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(item.get_closest_marker(tier) for tier in TIERS):
             continue
-        if "browser" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "site" in fixtures:
+            item.add_marker("full")
+            continue
+        if "browser" in fixtures:
             item.add_marker("browser")
             continue
         name = Path(str(item.fspath)).name

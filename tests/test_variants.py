@@ -63,7 +63,23 @@ def test_unanswered_gets_zero_with_a_clear_message(asg):
         assert any("not implemented yet" in d for d in v.failed), (gid, v.failed)
 
 
-@pytest.mark.parametrize("asg,variant", all_variants(), ids=lambda x: getattr(x, "name", x))
+def sampled_mistakes() -> set[tuple[str, str]]:
+    """The known mistakes `make test` grades: for each graded cell, the first listed that it catches. `make test-full`
+    grades every one (test_known_mistakes_cover_every_graded_cell: each cell has one)."""
+    first: dict[tuple[str, str], str] = {}
+    for asg, v in all_variants():
+        if isinstance(v, variants.Bug):
+            for gid in v.fails:
+                first.setdefault((asg, gid), v.name)
+    return {(asg, name) for (asg, _), name in first.items()}
+
+
+SAMPLED = sampled_mistakes()
+
+
+@pytest.mark.parametrize("asg,variant", [
+    pytest.param(asg, v, marks=() if isinstance(v, variants.Correct) or (asg, v.name) in SAMPLED else pytest.mark.full)
+    for asg, v in all_variants()], ids=lambda x: getattr(x, "name", x))
 def test_variant(asg, variant):
     if isinstance(variant, variants.Correct):
         for gid, v in _grade(asg, variant.cells).items():
