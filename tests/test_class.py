@@ -164,6 +164,7 @@ def test_report_counts_the_class_diagnoses(sqlite_class):
 
 
 # -- PostgreSQL ---------------------------------------------------------------------------------------
+@pytest.mark.full     # make test grades the class in parallel into SQLite
 def test_parallel_grading_into_postgresql(postgres_class, postgres, serial_bug_verdict):
     """The three learners are one group, graded by one nbgrader run; the one it cannot grade is graded again alone
     and reported with its own reason."""

@@ -265,6 +265,7 @@ def test_a_grader_that_dies_mid_check_is_replaced_and_the_check_not_counted(tmp_
         s.close()
 
 
+@pytest.mark.full     # make test replaces a grader that died (test_a_grader_that_dies_mid_check_...)
 def test_a_warm_grader_is_replaced_after_its_share_of_checks(tmp_path, monkeypatch):
     """RECYCLE bounds a warm grader's life: after that many commands the next check has a new grader process, and
     every check is graded alike."""
@@ -284,6 +285,7 @@ def test_a_warm_grader_is_replaced_after_its_share_of_checks(tmp_path, monkeypat
         checker.close()
 
 
+@pytest.mark.full     # make test grades a class on a Dask cluster (test_class.py)
 def test_with_a_dask_scheduler_checks_run_on_its_workers(tmp_path):
     """`--scheduler`: the grading runs on a Dask worker (a separate process of the cluster), and its log says which."""
     import csv
