@@ -1,6 +1,7 @@
 """The sandbox measured and held from outside: its cgroup counts every process, its limits hold for the
 sandbox as a whole (as root too), its writable space is capped, and its files are private on the host."""
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -189,10 +190,13 @@ def test_another_user_finds_nothing_of_a_grading_in_progress(tmp_path, monkeypat
     reference solution nor the learner's code, and can plant nothing.  The grading's temporary folder is one
     of its own here (as open as /tmp: mode 1777), so that only this grading's files are in it."""
     reader = '''
-import os, sys, time
-found, planted = [], []
+import os, signal, sys, time
+found, planted, stop = [], [], []
+signal.signal(signal.SIGUSR1, lambda *_: stop.append(True))    # the grading is over
+print("polling", flush=True)
 end = time.time() + float(sys.argv[1])
-while time.time() < end:
+while True:
+    last = bool(stop) or time.time() > end          # one whole pass more once the grading is over
     for top, dirs, files in os.walk(sys.argv[2]):
         for name in files:
             try:
@@ -207,6 +211,8 @@ while time.time() < end:
                 planted.append(os.path.join(top, name))
             except OSError:
                 pass
+    if last:
+        break
     time.sleep(0.05)
 print(len(found), len(planted), sorted(set(found))[:3], sorted(set(planted))[:3])
 '''
@@ -220,9 +226,11 @@ print(len(found), len(planted), sorted(set(found))[:3], sorted(set(planted))[:3]
     monkeypatch.setenv("TMPDIR", str(tmp))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
     python = "/usr/bin/python3"          # the system's: another user cannot enter a virtual environment under /root
-    proc = subprocess.Popen([python, "-c", reader, "25", str(tmp)], stdout=subprocess.PIPE, text=True,
+    proc = subprocess.Popen([python, "-c", reader, "120", str(tmp)], stdout=subprocess.PIPE, text=True,
                             preexec_fn=lambda: (os.setgroups([]), os.setgid(65534), os.setuid(65534)), cwd="/")
+    assert proc.stdout is not None and proc.stdout.readline() == "polling\n"      # from before the grading starts
     grading = hidden.grade(variants.submission("attention"), "attention")
+    proc.send_signal(signal.SIGUSR1)
     out, _ = proc.communicate(timeout=120)
     assert grading.fault is None, grading.fault
     found, planted = out.split()[:2]

@@ -39,7 +39,7 @@ def together_cells(asg: str) -> frozenset[str]:
 def reached(asg: str, variant) -> set[str]:
     """The graded cells a known mistake can change: those of the cells it replaces, those it is known to cost, and
     those whose tests use the learner's parts together. The others run the reference's code of their cell with the
-    course's parts, whatever the mistake: `make test` grades them in the full tier (test_a_known_mistake_costs_only
+    course's parts, whatever the mistake: `make test-full` grades them too (test_a_known_mistake_costs_only
     _where_it_should)."""
     return ({c + TESTS_SUFFIX for c in variant.cells} | set(variant.fails) | set(variant.together)
             | together_cells(asg))
