@@ -118,8 +118,7 @@ test: lint $(TEST_NEEDS)
 
 # What make test leaves out or samples, whole: the book built (its experiments run) and its site in a browser, the
 # classes of attackers and the red team, every known mistake of examples/variants/ (make test: one per graded cell, on
-# the cells it can reach) also on its whole notebook, every correct alternative beside a CPU hog (make test: one per
-# assignment).
+# the cells it can reach) also on its whole notebook, every correct alternative beside CPU hogs (docs/testing.md).
 test-full: install $(TEST_NEEDS)
 	$(BIN)/pytest -n 2 --dist loadgroup --durations=15 -m full tests
 

@@ -15,7 +15,7 @@ TIERS = {
     "browser": "drives Chromium",
     "gpu": "needs a CUDA device (make gpu-check)",
     "full": "too long for make test: the book built and its site in a browser, the classes of attackers, every known "
-            "mistake, every correct alternative beside a CPU hog and on its whole notebook",
+            "mistake (each also on its whole notebook), every correct alternative beside CPU hogs",
 }
 # Each file's tier, for the tests in it that are not marked with another where they are written. A test that uses the
 # `browser` fixture is in the browser tier wherever it is; one that needs the book built (the `site` fixture: its
