@@ -15,6 +15,7 @@ mutation testing of the suites (autograder.authoring.mutation) draws many more f
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import random
 from collections.abc import Callable
@@ -25,7 +26,7 @@ import torch
 
 from autograder.inside.calls import call_twice
 
-from .checks import allowed_error, max_error, where
+from .checks import allowed_error, max_error, rounded_runs, seeded, where
 
 
 class Draw:
@@ -136,6 +137,10 @@ class Part:
     rename: Callable[[dict, dict], dict] | None = None
     # an absolute error the call's conditioning allows any order of computation (large scores, large angles)
     slack: Callable[[Call], float] | None = None
+    # the answer in float64 by plain torch operations, made ready (weights loaded) to run again under random rounding
+    # (checks.rounded_runs): what the call's conditioning makes of rounding errors (a LayerNorm over a row whose
+    # entries nearly agree)
+    rounded: Callable[[Call], Callable[[], Any]] | None = None
 
 
 # -- running a call --------------------------------------------------------------------------------------------
@@ -192,9 +197,10 @@ def _allowed(truth: torch.Tensor, dtype, baselines: list, slack: float) -> float
     return allowed_error(truth, dtype, same_shape) + slack
 
 
-def judge(call: Call, got: Outcome, expected: Outcome, truth=None, plain=None, slack: float = 0.0) -> str | None:
+def judge(call: Call, got: Outcome, expected: Outcome, truth=None, plain=None, slack: float = 0.0,
+          rounded: list | tuple = ()) -> str | None:
     """What is wrong with the answer `got` to `call` (None: nothing), given the reference's `expected` answer and,
-    for values, the float64 `truth` and the `plain` computation that set the allowed error."""
+    for values, the float64 `truth` and the `plain` and `rounded` computations that set the allowed error."""
     if "raised" in expected:
         if "raised" not in got:
             return f"it should raise {expected['raised']}, but it returned"
@@ -234,7 +240,7 @@ def judge(call: Call, got: Outcome, expected: Outcome, truth=None, plain=None, s
         t = t if isinstance(t, torch.Tensor) else w
         if torch.isnan(h).any() and not torch.isnan(t).any():
             return f"{what} contains NaN (in {int(torch.isnan(h).sum())} of {h.numel()} entries)"
-        allowed = _allowed(t, w.dtype, [w, p], slack)
+        allowed = _allowed(t, w.dtype, [w, p, *_output(rounded, i)], slack)
         err = max_error(h, t)
         if err > allowed:
             return f"{what} is wrong: largest error {err:.3g} (allowed {allowed:.3g}){where(h, t)}"
@@ -250,6 +256,11 @@ def judge(call: Call, got: Outcome, expected: Outcome, truth=None, plain=None, s
                 a.shape != b.shape or max_error(a, b) > 1e-6 * (1 + float(a.double().abs().max() if a.numel() else 0))):
             return "it gave another answer with autograd on than off, on the same inputs"
     return None
+
+
+def _output(answers, i: int) -> list:
+    """Output `i` of each of `answers`."""
+    return [_items(a)[i] for a in answers if len(_items(a)) > i]
 
 
 def _kind(v) -> str:
@@ -293,15 +304,17 @@ def drawn_calls(part: Part, seed: int, count: int) -> list[Call]:
 
 @dataclass
 class Expected:
-    """What a call should give: the reference's answer, the truth, the plain answer and the conditioning's slack."""
+    """What a call should give: the reference's answer, the truth, the plain answer, the conditioning's slack and the
+    truth computed under random rounding."""
 
     outcome: Outcome
     truth: Any = None
     plain: Any = None
     slack: float = 0.0
+    rounded: list = field(default_factory=list)
 
     def judge(self, call: Call, got: Outcome) -> str | None:
-        return judge(call, got, self.outcome, self.truth, self.plain, self.slack)
+        return judge(call, got, self.outcome, self.truth, self.plain, self.slack, self.rounded)
 
 
 def expected_of(part: Part, call: Call, ns: dict) -> Expected:
@@ -310,7 +323,17 @@ def expected_of(part: Part, call: Call, ns: dict) -> Expected:
     if "raised" in outcome:
         return Expected(outcome)
     return Expected(outcome, part.truth(call), part.plain(call) if part.plain else None,
-                    part.slack(call) if part.slack else 0.0)
+                    part.slack(call) if part.slack else 0.0, _rounded(part, call, outcome))
+
+
+def _rounded(part: Part, call: Call, outcome: Outcome) -> list:
+    """`part.rounded` of `call` under random rounding at the precision of the reference's answer, from a generator of
+    this grading's seed and the call's."""
+    floats = [x for x in _items(outcome.get("first")) if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    if part.rounded is None or not floats:
+        return []
+    label = int.from_bytes(hashlib.blake2b(str(call).encode(), digest_size=6).digest(), "little")
+    return rounded_runs(part.rounded(call), floats[0].dtype, seeded(label))
 
 
 def same_outcome(a: Outcome, b: Outcome, expected: Expected) -> bool:
@@ -325,7 +348,7 @@ def same_outcome(a: Outcome, b: Outcome, expected: Expected) -> bool:
     truths = _items(expected.truth) if expected.truth is not None else _items(expected.outcome.get("first"))
     if len(xs) != len(ys):
         return False
-    for x, y, t in zip(xs, ys, truths + [None] * len(xs)):
+    for i, (x, y, t) in enumerate(zip(xs, ys, truths + [None] * len(xs))):
         if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
             if x != y:
                 return False
@@ -333,7 +356,7 @@ def same_outcome(a: Outcome, b: Outcome, expected: Expected) -> bool:
         if x.dtype != y.dtype or x.device.type != y.device.type:
             return False
         if isinstance(t, torch.Tensor) and t.shape == x.shape:
-            allowed = _allowed(t, x.dtype, [], expected.slack)
+            allowed = _allowed(t, x.dtype, _output(expected.rounded, i), expected.slack)
             apart, wrong_by = distance(x, y), distance(x, t)
             if not (apart <= allowed or (math.isfinite(wrong_by) and apart <= 0.1 * wrong_by)):
                 return False

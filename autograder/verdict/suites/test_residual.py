@@ -36,6 +36,7 @@ from .oracles import (
     plain_block,
     plain_ff,
     plain_mha,
+    plain_norm,
     random_block_state,
     random_ff_state,
     random_mha_state,
@@ -70,10 +71,13 @@ def draw_norm(d: Draw) -> Call:
     return Call("LayerNorm", (_x(d, D),), ctor=(D,), ctor_kwargs=ctor_kwargs, state=state)
 
 
-def _norm_values(c: Call, dtype):
+def _norm_state(c: Call) -> tuple[dict, float]:
     D = c.made[0]
-    state = c.state or {"weight": torch.ones(D), "bias": torch.zeros(D)}
-    eps = c.ctor_kwargs.get("eps", 1e-5)
+    return c.state or {"weight": torch.ones(D), "bias": torch.zeros(D)}, c.ctor_kwargs.get("eps", 1e-5)
+
+
+def _norm_values(c: Call, dtype):
+    state, eps = _norm_state(c)
     return torch_norm(state, c.args[0], eps, dtype=dtype) if dtype == torch.float64 else norm_baseline(state,
                                                                                                       c.args[0], eps)
 
@@ -101,20 +105,43 @@ def draw_block(d: Draw) -> Call:
                 state=random_block_state(D, d_ff, seed=d.r.randrange(1 << 30)), about=about)
 
 
-def _block_values(c: Call, dtype):
+def _block_form(c: Call) -> tuple[bool, torch.Tensor | None]:
+    """(norm_first, mask) of a TransformerBlock call."""
     norm_first = c.made[3] if len(c.made) > 3 else c.ctor_kwargs.get("norm_first", True)
-    mask = c.args[1] if len(c.args) > 1 else c.kwargs.get("mask")
+    return norm_first, c.args[1] if len(c.args) > 1 else c.kwargs.get("mask")
+
+
+def _block_values(c: Call, dtype):
+    norm_first, mask = _block_form(c)
     if mask is None or mask.dim() == 2:         # torch's layer takes no per-batch mask
         return oracle_block(c.state, c.made[1], c.args[0], mask, norm_first, dtype=dtype)
     return plain_block(c.state, c.made[1], c.args[0].to(dtype), mask, norm_first)
 
 
+def _doubled(state: dict | None) -> dict:
+    return {k: v.double() for k, v in (state or {}).items()}
+
+
+# The truths by plain operations in float64, made ready to run under random rounding (checks.rounded_runs).
+def _norm_rounded(c: Call):
+    (state, eps), x = _norm_state(c), c.args[0].double()
+    state = _doubled(state)
+    return lambda: plain_norm(state, x, eps)
+
+
+def _block_rounded(c: Call):
+    (norm_first, mask), state, x = _block_form(c), _doubled(c.state), c.args[0].double()
+    return lambda: plain_block(state, c.made[1], x, mask, norm_first)
+
+
 CONTRACT = {
-    "LayerNorm": Part(draw_norm, lambda c: _norm_values(c, torch.float64), lambda c: _norm_values(c, torch.float32)),
+    "LayerNorm": Part(draw_norm, lambda c: _norm_values(c, torch.float64), lambda c: _norm_values(c, torch.float32),
+                      rounded=_norm_rounded),
     "FeedForward": Part(draw_ff, lambda c: plain_ff(c.state, c.args[0].double()),
                         lambda c: plain_ff(c.state, c.args[0])),
     "TransformerBlock": Part(draw_block, lambda c: _block_values(c, torch.float64),
-                             lambda c: _block_values(c, torch.float32)),
+                             lambda c: _block_values(c, torch.float32),
+                             rounded=_block_rounded),
 }
 DRAWN = 10          # calls drawn per part and grading
 

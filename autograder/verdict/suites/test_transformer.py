@@ -7,6 +7,7 @@ matters; and a short training run in the worker on a task drawn for this grading
 its sequences), scored here on held-out data made here, must learn it from an accuracy near chance.
 """
 import re
+from functools import partial
 
 import pytest
 import torch
@@ -267,11 +268,15 @@ def draw_tiny(d: Draw) -> Call:
                 about="Pre-LN" if norm_first else "Post-LN")
 
 
-def _tiny_values(c: Call, dtype):
+def _tiny_model(c: Call, dtype):
     model = course_model()(*c.made, **c.ctor_kwargs)
     model.load_state_dict(c.state)
+    return model.to(dtype).eval()
+
+
+def _tiny_values(c: Call, dtype):
     with torch.no_grad():
-        return model.to(dtype).eval()(c.args[0])
+        return _tiny_model(c, dtype)(c.args[0])
 
 
 def tiny_names(mine: dict, state: dict) -> dict:
@@ -282,7 +287,8 @@ def tiny_names(mine: dict, state: dict) -> dict:
 
 
 CONTRACT = {"TinyTransformer": Part(draw_tiny, lambda c: _tiny_values(c, torch.float64),
-                                    lambda c: _tiny_values(c, torch.float32), rename=tiny_names)}
+                                    lambda c: _tiny_values(c, torch.float32), rename=tiny_names,
+                                    rounded=lambda c: partial(_tiny_model(c, torch.float64), c.args[0]))}
 DRAWN = 8           # calls drawn per grading
 
 
