@@ -126,7 +126,8 @@ test-full: install $(TEST_NEEDS)
 # where one notebook's grading time goes, trusted grading against plain nbgrader on the same notebooks,
 # gradebook locking under concurrent writers, a class of 30 learners x every assignment on Dask, and the check
 # service through its HTTP endpoint (one learner alone, eight at once, requests over the rate limit), what the
-# library ban proves, flags and notes for honest idioms and routes to a library version, and its reading time.
+# library ban proves, flags and notes for honest idioms and routes to a library version, and its reading time, and
+# how near correct answers come to the error a drawn call allows them (bench/results/rounding.md).
 bench: install
 	$(PY) bench/speed.py
 	$(PY) bench/profile.py
@@ -135,6 +136,7 @@ bench: install
 	$(PY) bench/class_grading.py $(ASSIGNMENTS)
 	$(PY) bench/check_service.py $(ASSIGNMENTS)
 	$(PY) bench/library_ban.py --grade
+	$(PY) bench/rounding.py
 	$(MAKE) mutation
 	$(MAKE) test-full
 
