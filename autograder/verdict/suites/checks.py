@@ -129,13 +129,13 @@ class _RandomRounding(TorchFunctionMode):
     def _rounded(self, out, args):
         if isinstance(out, (tuple, list)):
             return type(out)(self._rounded(o, args) for o in out)
-        if not isinstance(out, torch.Tensor) or out.dtype != torch.float64 or not out.numel():
+        if not isinstance(out, torch.Tensor) or out.dtype != torch.float64 or not out.numel() or out.is_meta:
             return out
         if any(isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == out.untyped_storage().data_ptr()
                for a in args):
             return out
         noise = 2 * torch.rand(out.shape, generator=self.g, dtype=torch.float64) - 1
-        return out * (1 + self.unit * noise)
+        return out * (1 + self.unit * noise.to(out.device))
 
 
 def rounded_runs(compute, dtype, g: torch.Generator, runs: int = ROUNDED_RUNS) -> list:
