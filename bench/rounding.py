@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from autograder.authoring import variants
-from autograder.notebooks import learner_cells, reference_namespace
+from autograder.notebooks import reference_namespace
 from autograder.verdict import context
 from autograder.verdict.suites import contract, test_residual, test_transformer
 from autograder.verdict.suites.checks import ROUNDED_RUNS, allowed_error, max_error
@@ -28,16 +28,9 @@ SUITES = {"residual": test_residual, "transformer": test_transformer}
 SEED = 70000                  # gradings SEED, SEED + 1, ...: the same ones at every run
 
 
-def namespace(asg: str, cells: dict) -> dict:
-    ns: dict = {"__name__": f"bench_{asg}"}
-    for cell in learner_cells(variants.submission(asg, cells)):
-        exec(compile(cell["source"], cell["id"], "exec"), ns)
-    return ns
-
-
 def answers(asg: str, name: str) -> list[tuple[str, dict]]:
     return [("reference", reference_namespace(asg))] + [
-        (v.name, namespace(asg, v.cells)) for v in variants.load(asg)
+        (v.name, variants.executed(asg, v.cells)) for v in variants.load(asg)
         if isinstance(v, variants.Correct) and name in v.cells]
 
 

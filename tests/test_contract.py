@@ -10,7 +10,7 @@ import torch
 from helpers import ASSIGNMENTS
 
 from autograder.authoring import variants
-from autograder.notebooks import learner_cells, reference_namespace
+from autograder.notebooks import reference_namespace
 from autograder.verdict.suites import contract
 from autograder.verdict.suites.checks import ROUNDED_RUNS, allowed_error, max_error, rounded_runs
 
@@ -24,13 +24,6 @@ NOT_VALUES = {"sdpa_query_loop", "mha_inline_query_loop", "blockwise_full_matrix
 
 def suite(asg):
     return importlib.import_module(f"autograder.verdict.suites.test_{asg}")
-
-
-def namespace(asg, cells):
-    ns: dict = {"__name__": f"contract_{asg}"}
-    for cell in learner_cells(variants.submission(asg, cells)):
-        exec(compile(cell["source"], cell["id"], "exec"), ns)
-    return ns
 
 
 _WORKED_OUT: dict = {}        # (assignment, part) -> [(call, what it should give)], the first calls drawn so far
@@ -66,7 +59,7 @@ def test_correct_answers_meet_the_contract(asg, name, draws):
     answers = [("reference", {})] + [(v.name, v.cells) for v in variants.load(asg)
                                      if isinstance(v, variants.Correct) and name in v.cells]
     for label, cells in answers:
-        broken = first_break(asg, name, namespace(asg, cells), draws)
+        broken = first_break(asg, name, variants.executed(asg, cells), draws)
         assert broken is None, f"{asg}: {label} breaks the contract of {name}: {broken}"
 
 
@@ -76,7 +69,7 @@ def test_correct_answers_meet_the_contract(asg, name, draws):
                          ids=lambda x: getattr(x, "name", x))
 def test_known_mistakes_break_the_contract(asg, bug):
     name = next(n for n in suite(asg).CONTRACT if n in bug.cells)
-    broken = first_break(asg, name, namespace(asg, bug.cells), draws=200)
+    broken = first_break(asg, name, variants.executed(asg, bug.cells), draws=200)
     assert broken is not None, f"{asg}: the known mistake {bug.name} meets the contract of {name} on 200 calls"
     assert str(name) in broken and any(w in broken for w in ("wrong", "raise", "shape", "dtype", "device", "NaN",
                                                              "in place", "return"))
@@ -109,7 +102,7 @@ def test_an_ill_conditioned_call_allows_what_its_rounding_makes(seed, index):
     assert len(expected.rounded) == ROUNDED_RUNS and with_rounding > 2 * allowed_error(truth, torch.float32, fixed)
     for v in variants.load("residual"):
         if isinstance(v, variants.Correct) and "TransformerBlock" in v.cells:
-            got = contract.run_here(namespace("residual", v.cells), call, rename=part.rename)
+            got = contract.run_here(variants.executed("residual", v.cells), call, rename=part.rename)
             assert expected.judge(call, got) is None, f"{v.name}: {expected.judge(call, got)}"
             assert max_error(got["first"], truth) < 0.6 * with_rounding
 

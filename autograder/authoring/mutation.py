@@ -29,7 +29,7 @@ from pathlib import Path
 from autograder import ROOT, config
 from autograder.authoring import variants
 from autograder.authoring.mutants import Mutant, mutants
-from autograder.notebooks import TESTS_SUFFIX, graded_cells, learner_cells
+from autograder.notebooks import TESTS_SUFFIX, graded_cells
 
 ORACLE_S = 120           # one mutant's oracle run, at most
 ORACLE_MEMORY = 6 << 30
@@ -39,14 +39,6 @@ def graded_parts(assignment: str) -> list[str]:
     """The parts of `assignment` that a graded cell scores (a solution cell `name` with a graded `name_tests`)."""
     graded = graded_cells(variants.submission(assignment))
     return [cell for cell in variants.reference_sources(assignment) if cell + TESTS_SUFFIX in graded]
-
-
-def _namespace(assignment: str, cells: dict[str, str]) -> dict:
-    """The notebook's code with `cells` in place of the reference's, executed here (course code, or a mutant)."""
-    ns: dict = {"__name__": f"mutant_{assignment}"}
-    for cell in learner_cells(variants.submission(assignment, cells)):
-        exec(compile(cell["source"], f"<{cell['id']}>", "exec"), ns)
-    return ns
 
 
 class Oracle:
@@ -62,13 +54,13 @@ class Oracle:
         suite = importlib.import_module(f"autograder.verdict.suites.test_{assignment}")
         self.part = suite.CONTRACT[part]
         self.assignment, self.name = assignment, part
-        reference = _namespace(assignment, {})
+        reference = variants.executed(assignment, {})
         self.calls = [(call, contract.expected_of(self.part, call, reference))
                       for call in contract.drawn_calls(self.part, seed, draws)]
 
     def witness(self, mutant: Mutant) -> str | None:
         """The first drawn call on which `mutant` breaks the contract, said; None: it meets it on every call."""
-        ns = _namespace(self.assignment, {mutant.cell: mutant.source})
+        ns = variants.executed(self.assignment, {mutant.cell: mutant.source})
         for call, expected in self.calls:
             wrong = expected.judge(call, self.contract.run_here(ns, call, rename=self.part.rename))
             if wrong:

@@ -15,7 +15,7 @@ import re
 import nbformat
 
 from autograder import ROOT
-from autograder.notebooks import is_solution, nbgrader_meta, read, source_notebook
+from autograder.notebooks import is_solution, learner_cells, nbgrader_meta, read, source_notebook
 from autograder.verdict import known
 from autograder.verdict.known import VARIANTS_DIR, Bug, Correct
 
@@ -66,6 +66,15 @@ def submission(assignment: str, cells: dict[str, str] | None = None, answered: b
             elif answered:
                 cell.source = ref[gid]
     return nb
+
+
+def executed(assignment: str, cells: dict[str, str]) -> dict:
+    """The names of the notebook's code with `cells` in place of the reference's, executed in this process (course
+    code, a known answer or a mutant: never a learner's)."""
+    ns: dict = {"__name__": f"executed_{assignment}"}
+    for cell in learner_cells(submission(assignment, cells)):
+        exec(compile(cell["source"], f"<{cell['id']}>", "exec"), ns)
+    return ns
 
 
 def write(nb, path):
