@@ -156,13 +156,20 @@ def oracle_block(state, H, x, mask=None, norm_first=True, dtype=torch.float64):
         return torch_block(state, d, H, d_ff, norm_first, dtype)(x.to(dtype), src_mask=None if mask is None else ~mask)
 
 
+def in_float64(plain, state, x, **rest):
+    """`plain(state, x=x, **rest)` with the weights and `x` in float64, converted now: made ready to run under random
+    rounding (checks.rounded_runs)."""
+    state64, x64 = {k: v.double() for k, v in (state or {}).items()}, x.double()
+    return lambda: plain(state64, x=x64, **rest)
+
+
 def block_baselines(state, H, x, mask=None, norm_first=True) -> tuple[torch.Tensor, ...]:
     """Correct computations of the block at float32's precision, torch's layer, a plain one and the plain one in
     float64 under random rounding (checks.rounded_runs): `close`'s allowed error is twice the largest of their errors.
     One alone fell under a correct answer's about once in 3,000 drawn sizes; the two fixed ones, in 2 of 200 gradings
     of a block over two features on 480 rows, where a LayerNorm sees rows whose entries nearly agree."""
-    state64, x64 = {k: v.double() for k, v in state.items()}, x.double()
-    runs = rounded_runs(lambda: plain_block(state64, H, x64, mask, norm_first), torch.float32, seeded(x.numel()))
+    runs = rounded_runs(in_float64(plain_block, state, x, H=H, mask=mask, norm_first=norm_first), torch.float32,
+                        seeded(x.numel()))
     return (oracle_block(state, H, x, mask, norm_first, dtype=torch.float32),
             plain_block(state, H, x, mask, norm_first), *runs)
 

@@ -30,6 +30,7 @@ from .library import ATTENTION_OPS, NORM_OPS
 from .oracles import (
     NORM_PARAMS,
     block_baselines,
+    in_float64,
     norm_baseline,
     oracle_block,
     oracle_mha,
@@ -118,20 +119,15 @@ def _block_values(c: Call, dtype):
     return plain_block(c.state, c.made[1], c.args[0].to(dtype), mask, norm_first)
 
 
-def _doubled(state: dict | None) -> dict:
-    return {k: v.double() for k, v in (state or {}).items()}
-
-
 # The truths by plain operations in float64, made ready to run under random rounding (checks.rounded_runs).
 def _norm_rounded(c: Call):
-    (state, eps), x = _norm_state(c), c.args[0].double()
-    state = _doubled(state)
-    return lambda: plain_norm(state, x, eps)
+    state, eps = _norm_state(c)
+    return in_float64(plain_norm, state, c.args[0], eps=eps)
 
 
 def _block_rounded(c: Call):
-    (norm_first, mask), state, x = _block_form(c), _doubled(c.state), c.args[0].double()
-    return lambda: plain_block(state, c.made[1], x, mask, norm_first)
+    norm_first, mask = _block_form(c)
+    return in_float64(plain_block, c.state, c.args[0], H=c.made[1], mask=mask, norm_first=norm_first)
 
 
 CONTRACT = {
