@@ -1,5 +1,6 @@
 """The sandbox measured and held from outside: its cgroup counts every process, its limits hold for the
-sandbox as a whole (as root too), its writable space is capped, and its files are private on the host."""
+sandbox as a whole (as root too), its processes are one CPU share whatever sessions they make, its writable space is
+capped, and its files are private on the host."""
 import os
 import signal
 import subprocess
@@ -140,10 +141,17 @@ print(sum(1 for c in codes if c == 0))
 '''
     sb, r = run(code, Limits(wall_s=60, memory=1 << 30, fork=fork))
     try:
-        survivors = int(r.stdout.strip() or 0)
+        assert r.returncode == 0 and r.stdout.strip().isdigit(), (r.returncode, r.stdout, r.stderr[-2000:])   # it ran
+        survivors = int(r.stdout.strip())
         assert survivors < 3, "three 400 MiB children lived in a 1 GiB sandbox"
         _, peak = sb.memory()
         assert peak <= (1 << 30) + 16 * MIB, peak / MIB
+    finally:
+        sb.close()
+    # The control: in a 2 GiB sandbox the same three children all live, so the count above is the limit's doing.
+    sb, r = run(code, Limits(wall_s=60, memory=2 << 30, fork=fork))
+    try:
+        assert r.returncode == 0 and r.stdout.strip() == b"3", (r.returncode, r.stdout, r.stderr[-2000:])
     finally:
         sb.close()
 
@@ -173,6 +181,124 @@ for folder in ("/tmp", os.environ["HOME"]):
         assert peak >= 100 * MIB, "what the folders hold counts in the sandbox's memory"
     finally:
         sb.close()
+
+
+# 16 busy processes, each in a session of its own: the kernel's autogroups would give each one a CPU share of its own.
+BUSY = """
+import os, time
+r, w = os.pipe()
+for _ in range(16):
+    if os.fork() == 0:
+        os.close(w)
+        os.read(r, 1)          # all forked first: a busy child would slow its parent's next fork
+        os.setsid()
+        while True:
+            pass
+os.close(w)
+print("busy", flush=True)
+time.sleep(600)
+"""
+# A process outside any sandbox (a session of its own, not the tests'): loop iterations per second.
+NEIGHBOUR = """
+import sys, time
+end = time.perf_counter() + float(sys.argv[1])
+n = 0
+while time.perf_counter() < end:
+    n += 1
+print(n / float(sys.argv[1]))
+"""
+
+
+def neighbour(seconds: float) -> float:
+    r = subprocess.run([sys.executable, "-c", NEIGHBOUR, str(seconds)], capture_output=True, text=True, timeout=60,
+                       start_new_session=True)
+    return float(r.stdout)
+
+
+def busy_sandbox(limits: Limits) -> Sandbox:
+    """A sandbox whose 16 processes of BUSY run."""
+    sb = Sandbox(limits)
+    proc = sb.start([sb.put("busy.py", BUSY)])
+    assert proc.stdout.readline() == b"busy\n", proc.tail.text(wait=2.0)
+    return sb
+
+
+def cpu_rate(sb: Sandbox, seconds: float, during=time.sleep):
+    """(cores the sandbox used while `during(seconds)` ran, periods its quota throttled it, what `during` returned)."""
+    cg = sb.cgroup
+    t, cpu, throttled = time.monotonic(), cg.cpu_seconds(), cg.throttled()
+    out = during(seconds)
+    return (cg.cpu_seconds() - cpu) / (time.monotonic() - t), cg.throttled() - throttled, out
+
+
+def runnable(sb: Sandbox) -> int:
+    """How many of the sandbox's processes are running or waiting for a CPU (state R), throttled ones included."""
+    states = []
+    for pid in sb.pids():
+        try:
+            states.append(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            pass
+    return states.count("R")
+
+
+@pytest.fixture
+def cpu_share(cgroups):
+    with Sandbox(Limits()) as sb:
+        if sb.cgroup is None or not sb.cgroup.has_cpu_share:
+            pytest.skip(f"this machine gives the sandboxes no CPU share ({sb.cpu_note}): "
+                        "test_without_the_cpu_controller_grading_goes_on_and_says_so shows what happens")
+
+
+def test_a_sandbox_is_one_cpu_share_however_many_sessions_it_makes(cpu_share):
+    """16 busy processes, each having called setsid(), in one sandbox beside a neighbour outside: the neighbour keeps
+    at least half of its solo speed (without the share: 0.17 on 2 cores), the sandbox ran busy, never past its quota
+    of threads + 1 cores, read back from its cgroup."""
+    solo = neighbour(0.75)
+    limits = Limits(wall_s=60)
+    sb = busy_sandbox(limits)
+    try:
+        weight, quota = sb.cgroup.cpu_share()
+        assert (weight, quota) == ({False: 1024, True: 100}[sb.cgroup.v2], limits.threads + 1), (weight, quota)
+        cores, _, beside = cpu_rate(sb, 1.5, neighbour)
+        busy = runnable(sb)
+    finally:
+        sb.close()
+    solo = (solo + neighbour(0.75)) / 2
+    print(f"neighbour beside 16 busy sessions: {beside / solo:.2f} of its solo speed; sandbox: {cores:.2f} cores")
+    # Busy: its 16 processes wanted a CPU all along, and got some (on a machine busy with other sessions, the sandboxes
+    # together get one session's share), never more than the quota.
+    assert busy >= 16 and 0.05 <= cores <= quota * 1.1, f"{busy} processes runnable, {cores:.2f} cores (quota {quota})"
+    assert beside >= 0.5 * solo, f"the neighbour kept {beside / solo:.2f} of its speed"
+
+
+def test_a_sandbox_cannot_pass_its_cpu_quota(cpu_share):
+    """With a quota of a tenth of a core (set once the 16 processes run: forking them from a worker that holds torch
+    takes a second of CPU), they use no more, and the kernel says it held them back."""
+    sb = busy_sandbox(Limits(wall_s=60))
+    try:
+        sb.cgroup.share_cpu(0.1)
+        assert sb.cgroup.cpu_share()[1] == 0.1
+        cores, throttled, _ = cpu_rate(sb, 1.0)
+        busy = runnable(sb)
+    finally:
+        sb.close()
+    assert busy >= 16 and 0.03 <= cores <= 0.1 * 1.3, f"{busy} processes runnable, {cores:.3f} cores (quota 0.1)"
+    assert throttled >= 5, f"throttled in {throttled} periods of 10"
+
+
+def test_without_the_cpu_controller_grading_goes_on_and_says_so(cgroups, monkeypatch):
+    """A machine whose cgroups have no `cpu` controller (one of a name no kernel has, here): the sandbox is made with
+    its other limits, runs, and names the protection it lacks, with the reason."""
+    from autograder.sandbox import box
+
+    monkeypatch.setattr("autograder.sandbox.cgroups.CPU", "no-such-controller")
+    with Sandbox(Limits(wall_s=60)) as sb:
+        assert sb.cgroup is not None and not sb.cgroup.has_cpu_share and sb.cgroup.cpu_share() is None
+        assert box.CG_CPU_SHARE in sb.missing() and box.CG_MEMORY not in sb.missing()
+        assert "cpu" in sb.cpu_note and "no-such-controller" not in sb.cgroup.dirs, sb.cpu_note
+        r = sb.run([sb.put("ok.py", "print('ran')")], 1 << 10)
+        assert r.stdout == b"ran\n", r.stderr
 
 
 def test_sandbox_files_are_private_on_the_host():
@@ -328,13 +454,36 @@ def test_a_v2_hierarchy_without_the_controllers_says_what_is_missing():
         Cgroup._create_v2(f"test-{os.getpid()}", root=V2)
 
 
+def test_a_v2_cpu_share_is_written_where_the_controller_is_given(tmp_path):
+    """The v2 files of the CPU share (a v2 `cpu` controller cannot be had here, where v1 holds it: a folder stands for
+    the hierarchy, as the kernel shows it to root): cpu.weight and cpu.max where `cpu` is given, and where it is not,
+    a cgroup all the same, without them, that says why."""
+    from autograder.sandbox.cgroups import PARENT, Cgroup
+
+    for given in ("cpu memory pids", "memory pids"):
+        root = tmp_path / given.replace(" ", "-")
+        (root / PARENT).mkdir(parents=True)
+        for folder in (root, root / PARENT):
+            (folder / "cgroup.controllers").write_text(given)
+            (folder / "cgroup.subtree_control").write_text(given)
+        cg = Cgroup._create_v2("sandbox", root=root)
+        cg.share_cpu(2.0)
+        d = root / PARENT / "sandbox"
+        if "cpu" in given:
+            assert cg.has_cpu_share and cg.cpu_share() == (100, 2.0) and cg.cpu_note == ""
+            assert (d / "cpu.max").read_text() == "200000 100000" and (d / "cpu.weight").read_text() == "100"
+        else:
+            assert not cg.has_cpu_share and cg.cpu_share() is None and not (d / "cpu.max").exists()
+            assert cg.cpu_note == f"the cgroup v2 `cpu` controller is not given to {root}", cg.cpu_note
+
+
 def test_a_worker_has_a_user_name_and_survives_a_preload_that_fails():
     """torch.export's tracer (imported ahead for a suite's drawing) asks for the user's name, which the sandbox's user
     has no passwd entry for: the sandbox names it. A module imported ahead that fails only costs the drawing."""
     from autograder.verdict.learner import Learner
 
     cell = "import getpass\n\ndef who():\n    return getpass.getuser()\n"
-    w = Learner([{"id": "c", "source": cell}], preload=("no_such_module",))
+    w = Learner([{"id": "c", "source": cell}], preload=("no_such_module",), guarded=False)
     try:
         assert w.fn("who")() == "learner"
         assert "No module named 'no_such_module'" in w.stderr_tail()

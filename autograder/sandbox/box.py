@@ -41,6 +41,7 @@ DISK_CAP = "writable space capped (/sandbox and /tmp are sized tmpfs counted in 
 CG_MEMORY = "memory limit and peak memory of the whole sandbox, from the kernel (cgroup)"
 CG_PIDS = "process limit for the whole sandbox (cgroup)"
 CG_CPU = "CPU time of every process of the sandbox, from the kernel (cgroup)"
+CG_CPU_SHARE = "one CPU share for the whole sandbox: a weight, and a quota of its threads + 1 cores (cgroup)"
 RLIMITS = "per-process limits (CPU time, address space, file size, open files)"
 WALL = "wall-clock limit, and every process killed afterwards"
 
@@ -59,6 +60,7 @@ class Limits:
     open_files: int = 256          # RLIMIT_NOFILE
     processes: int = 256           # the cgroup's pids.max (and RLIMIT_NPROC, which root ignores)
     threads: int = 1               # torch/OpenMP threads inside
+    cpus: float = 0.0              # the cgroup's CPU quota in cores, all processes together (0: threads + 1)
     allow_unsandboxed: bool = False
     fork: bool = True              # workers forked from a fork server (autograder.sandbox.forkserver) where possible
     device: str = "cpu"            # a GPU's ("cuda"): its device nodes and `gpu_paths` are visible inside
@@ -78,6 +80,12 @@ class Limits:
     @property
     def gpu(self) -> bool:
         return self.device != "cpu"
+
+    @property
+    def cpu_quota(self) -> float:
+        """Cores the sandbox's processes may use together: its threads, and one for all else it runs beside them (the
+        notebook's run and its kernel, the interpreter's and a driver's threads, a GPU's spinning synchronise)."""
+        return self.cpus or self.threads + 1
 
 
 def _bwrap() -> str | None:
@@ -110,29 +118,35 @@ def _bwrap_works(path: str) -> bool:
 _CGROUPS: list = []
 
 
-def _cgroups_work() -> tuple[bool, str]:
+def _cgroups_work() -> tuple[bool, str, bool, str]:
+    """(cgroups work, why not; a CPU share works, why not)."""
     if not _CGROUPS:
-        cg = Cgroup.create(f"probe-{os.getpid()}-{uuid.uuid4().hex[:8]}", GIB, 16)
-        _CGROUPS.append((cg is not None, why_unavailable()))
-        if cg is not None:
+        cg = Cgroup.create(f"probe-{os.getpid()}-{uuid.uuid4().hex[:8]}", GIB, 16, cpus=1.0)
+        if cg is None:
+            _CGROUPS.append((False, why_unavailable(), False, why_unavailable()))
+        else:
+            _CGROUPS.append((True, "", cg.has_cpu_share, cg.cpu_note))
             cg.remove()
     return _CGROUPS[0]
 
 
-def _protections(os_sandbox: bool, cgroups: bool) -> dict[str, bool]:
+def _protections(os_sandbox: bool, cgroups: bool, cpu_share: bool) -> dict[str, bool]:
     return {OS_SANDBOX: os_sandbox, DISK_CAP: os_sandbox, CG_MEMORY: cgroups, CG_PIDS: cgroups, CG_CPU: cgroups,
-            RLIMITS: os.name == "posix", WALL: True}
+            CG_CPU_SHARE: cpu_share, RLIMITS: os.name == "posix", WALL: True}
 
 
 def protections() -> dict[str, bool]:
     """Which protections this machine can give a sandboxed process."""
-    return _protections(_bwrap() is not None, _cgroups_work()[0])
+    cgroups, _, cpu_share, _ = _cgroups_work()
+    return _protections(_bwrap() is not None, cgroups, cpu_share)
 
 
 def missing_protections() -> list[str]:
     missing = [name for name, ok in protections().items() if not ok]
     if CG_MEMORY in missing:
         missing.append(f"(cgroups: {_cgroups_work()[1]})")
+    elif CG_CPU_SHARE in missing:
+        missing.append(f"(cgroup cpu: {_cgroups_work()[3]})")
     return missing
 
 
@@ -307,8 +321,12 @@ def _env(limits: Limits, inside_home: str, inside_code: str) -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "PYTHONUNBUFFERED": "1",
         "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n,
         "GRADER_THREADS": n, "MPLBACKEND": "Agg", "JUPYTER_PLATFORM_DIRS": "1",
-        # A fixed threshold: freed tensors go back to the kernel, so peak memory measures live memory.
-        "MALLOC_MMAP_THRESHOLD_": "262144",
+        # Freed memory stays in the C heap for the next tensor (a tensor of up to 32 MiB comes from the heap, and the
+        # heap is not given back on every free): a timed run pays for what it computes, not for the kernel zeroing
+        # fresh pages for each tensor, which took 30-50 % of a timed run's CPU time and made it vary with the load.
+        # The memory checks give the heap back first (worker.op_release: malloc_trim), so what a measured call makes
+        # still raises the sandbox's peak.
+        "MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
         "LANG": "C.UTF-8", "GRADER_DEVICE": limits.device, **gpu.visibility_env(limits.device),
     }
 
@@ -347,10 +365,12 @@ class Sandbox:
             shutil.copy(INSIDE / name, self.files / name)
         self.home = self.dir / "home"          # used only without bubblewrap
         self.home.mkdir()
-        self.cgroup = Cgroup.create(self.dir.name, self.limits.memory, self.limits.processes)
+        self.cgroup = Cgroup.create(self.dir.name, self.limits.memory, self.limits.processes, self.limits.cpu_quota)
         self.cgroup_note = "" if self.cgroup else why_unavailable()
+        self.cpu_note = self.cgroup.cpu_note if self.cgroup else self.cgroup_note    # why it has no CPU share
         # What this sandbox applies: kept, so that it can still be read once the sandbox is closed.
-        self.protections = _protections(bool(self.bwrap), self.cgroup is not None)
+        self.protections = _protections(bool(self.bwrap), self.cgroup is not None,
+                                        self.cgroup is not None and self.cgroup.has_cpu_share)
 
     def missing(self) -> list[str]:
         return [name for name, ok in self.protections.items() if not ok]
