@@ -1,11 +1,13 @@
 """autograder/service/: "check my work" through the real HTTP service, the real nbgrader autograde and a real
 browser. A correct notebook gets full marks and the verdicts `nbgrader autograde` records; a broken one its diagnosis;
 every refusal comes before any grading and says why; the rate limit, the caps on what waits and the fair queue hold
-under clients arriving at once (raw sockets: every request's headers, then the bodies); a check touches no gradebook;
+under clients arriving at once (raw sockets: every request's headers, then the bodies); a request that does not say
+who sends it takes nothing, and anonymous sockets held open keep no learner out; a check touches no gradebook;
 a failure the learner's notebook caused is their check (counted), a grader fault the grader's (503, not counted); the
 service answers while it warms up; the upload page runs no script."""
 import asyncio
 import concurrent.futures
+import http.cookiejar
 import json
 import os
 import re
@@ -14,24 +16,38 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import nbformat
 import psutil
 import pytest
-from helpers import CHROMIUM, CHROMIUM_ARGS, MARKS, leaks, prepare, prepare_service, run_check_cell, suite_lines
+from helpers import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    MARKS,
+    first_check,
+    leaks,
+    prepare,
+    prepare_service,
+    run_check_cell,
+    suite_lines,
+)
 
 from autograder import ROOT
-from autograder.authoring import variants
+from autograder.authoring import criteria, variants
 from autograder.classroom import grade, report
 from autograder.notebooks import graded_cells
 from autograder.service import grading
 from autograder.service.fair import Admission, FairQueue, RateLimit, Refusal
+from autograder.service.gate import Gate, peer_of
 from autograder.service.local import LocalService, RawCheck, free_port, wait_for, wait_ready
+from autograder.service.pending import Checks
 from autograder.service.roster import Roster, new_roster
+from autograder.service.server import COOKIE, FORM_MARGIN
 from autograder.verdict import record
 
 ASG = "positional_encoding"
@@ -52,12 +68,13 @@ MARKED_ROPE = f"""def rope(x, base=10000.0):
     raise ValueError({MARKS!r})
 """
 FORMULA = '=HYPERLINK("http://example.com")'
+SHOTS = ROOT / "_build" / "screenshots"       # what the browser showed, for a person to see (as tests/test_site.py)
 LEARNER_TIMEOUT = {"GRADER_LEARNER_BUDGET": "30", "GRADER_GRACE": "5"}    # learner_timeout: 30 + 2 x 5 = 40 s
 
 
 def _roster(**kw) -> dict:
-    r = new_roster(["ada", "ben", "cy", "dee", "eve", "fay", "gus", "hal", "ivy", "jo", "kim", "lu", FORMULA],
-                   [ASG, "attention"])
+    r = new_roster(["ada", "ben", "cy", "dee", "eve", "fay", "gus", "hal", "ivy", "jo", "kim", "lu", "mia", "ned",
+                    "ola", "pat", "rae", "sal", "tom", "uma", "val", "wes", FORMULA], [ASG, "attention"])
     r["assignments"]["attention"]["open"] = False
     r.update(kw)
     return r
@@ -322,9 +339,12 @@ def test_the_upload_page_shows_a_learner_s_script_as_text(service, tmp_path):
         page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
         response = page.goto(service.url + "/")
         assert "default-src 'none'" in response.headers["content-security-policy"]
+        page.fill("input[name=token]", service.roster["learners"]["eve"])          # asked once: the login form
+        page.click("button[type=submit]")
+        page.wait_for_selector("input[name=notebook]")
+        assert "Checking as eve" in page.inner_text("body") and page.locator("input[name=token]").count() == 0
         page.select_option("select[name=assignment]", ASG)
         page.set_input_files("input[name=notebook]", str(nb))
-        page.fill("input[name=token]", service.roster["learners"]["eve"])
         page.click("button[type=submit]")
         page.wait_for_selector("#answer", timeout=300_000)
         text = page.inner_text("#answer")
@@ -345,64 +365,171 @@ def test_check_in_the_learner_s_kernel_prints_the_feedback(service, tmp_path, mo
     assert "rope_tests: 4 / 4 points" in printed, printed
 
 
+SLOW = 8          # seconds a slow notebook sleeps while it is graded: the checks after it wait
+
+
+def _slow(seconds: float = SLOW):
+    """The reference notebook with a cell that sleeps `seconds` (it runs while the notebook is graded)."""
+    nb = variants.submission(ASG)
+    nb.cells.append(nbformat.v4.new_code_cell(f"import time\ntime.sleep({seconds})"))
+    return nb
+
+
+PROGRESS = re.compile(r"Check received: (?:waiting, number (\d+) in the queue|your notebook is being graded) "
+                      r"\((\d+) s so far\)")
+# An answer's first line, whatever the score (what a check scores is tested above; on a loaded machine a correct
+# notebook may lose a timed test's points).
+ANSWERED = re.compile(rf"{ASG}: [\d.]+ / 11 points \(a check: no grade changed\)")
+
+
+@SHARED
+def test_a_check_answered_at_once_says_its_place_then_its_time_then_its_answer(service):
+    """`Prefer: respond-async`: while mia's slow check is graded, ned's and ola's are answered at once, 202 with where
+    to ask (relative to the check's address) and their places in the queue, 1 and 2. Asked again, ola's says its place
+    and the seconds since it was received, moving up as the checks before it are graded, then that it is graded, then
+    its answer: the answer a check answered once graded gets, which stays there to be asked for again. Only the
+    learner who sent it is told of it."""
+    tokens = service.roster["learners"]
+    t = time.monotonic()
+    status, mia, _ = service.send("mia", _slow(), ASG)
+    assert status == 202 and mia["state"] == "grading", mia
+    status, ned, headers = service.send("ned", variants.submission(ASG), ASG)
+    assert status == 202, ned
+    status, ola, _ = service.send("ola", variants.submission(ASG), ASG)
+    received = time.monotonic() - t
+    print(f"\nthree checks received, answered 202, in {received:.2f} s while the first was graded")
+    assert status == 202 and received < 5, (status, received)
+    assert headers["Location"] == f"../checks/{ned['id']}" and ned["poll"] == headers["Location"]
+    assert headers["Preference-Applied"] == "respond-async" and headers["Retry-After"] == "1"
+    assert [(w["state"], w["position"], w["seconds"]) for w in (ned, ola)] == [("queued", 1, 0), ("queued", 2, 0)]
+    assert ola["text"] == "Check received: waiting, number 2 in the queue (0 s so far)", ola
+    assert service.ask(ola["id"], tokens["ola"])[0] == 202
+    for token, refused in [(tokens["mia"], 404), (None, 401), ("not-a-token", 403)]:   # told only to its learner
+        status, answer, _ = service.ask(ola["id"], token)
+        assert status == refused and "text" not in answer, (status, answer)
+    status, answer, _ = service.ask("no-such-check", tokens["ola"])
+    assert status == 404 and "no check of yours has this id" in answer["error"], answer
+    said = []
+    while (asked := service.ask(ola["id"], tokens["ola"]))[0] == 202:
+        said.append((asked[1]["state"], asked[1].get("position"), asked[1]["seconds"], asked[1]["text"]))
+        time.sleep(0.5)
+    status, answer, _ = asked
+    steps = [(state, place) for state, place, _, _ in said]
+    print(f"ola's check, asked every half second: {sorted(set(steps), key=steps.index)}, then {status}")
+    assert sorted(set(steps), key=steps.index) == [("queued", 2), ("queued", 1), ("grading", None)], steps
+    assert [s for _, _, s, _ in said] == sorted(s for _, _, s, _ in said) and said[-1][2] >= SLOW, said
+    assert all(PROGRESS.fullmatch(text) for *_, text in said), said
+    sync_status, sync = service.check("pat", variants.submission(ASG), ASG)      # no preference: once graded
+    assert sync_status == 200 and "id" not in sync and "state" not in sync, sync
+    assert status == 200 and ANSWERED.fullmatch(answer["text"].split("\n")[0]), answer
+    assert set(answer) == set(sync) and [c["cell"] for c in answer["cells"]] == [c["cell"] for c in sync["cells"]]
+    assert service.ask(ola["id"], tokens["ola"])[:2] == (200, answer)                 # kept: asked again, the same
+    assert service.answer("ned", ned["id"])[0] == service.answer("mia", mia["id"])[0] == 200
+    counted = _counted(service)
+    assert [counted[(name, ASG)]["checks"] for name in ("mia", "ned", "ola")] == ["1", "1", "1"]
+
+
+def test_checks_answered_at_once_hold_their_place_until_answered(busy):
+    """A check answered at once holds no connection while it waits, but holds what a waiting check holds: ivy's two
+    (the first slow) are taken, 202, and her third is refused, 503 as when her clients waited; once they are
+    answered, her next is taken."""
+    token = busy.roster["learners"]["ivy"]
+    first = busy.send("ivy", _slow(4), ASG)
+    second = busy.post(f"/check/{ASG}", b"[]", token, {"Prefer": "respond-async"})
+    assert [first[0], second[0]] == [202, 202], (first[1], second[1])
+    status, answer, headers = busy.post(f"/check/{ASG}", b"[]", token, {"Prefer": "respond-async"})
+    assert status == 503 and "you have 2 checks waiting" in answer["error"] and int(headers["Retry-After"]) >= 1
+    assert busy.answer("ivy", first[1]["id"])[1]["text"]              # answered (whatever the grading said)
+    status, answer = busy.answer("ivy", second[1]["id"])
+    assert status == 400 and "not a notebook" in answer["error"] and answer["text"].startswith("Check failed"), answer
+    status, again, _ = busy.post(f"/check/{ASG}", b"[]", token, {"Prefer": "respond-async"})
+    assert status == 202 and busy.answer("ivy", again["id"])[0] == 400
+
+
+@SHARED
+def test_check_in_the_learner_s_kernel_says_its_place_and_time_while_it_waits(service, tmp_path, monkeypatch):
+    """check() as `make criteria` writes it into each release (from autograder/authoring/check_client.py), in a real
+    kernel, while rae's slow check holds the grader: it prints at once that the check was received and its place in
+    the queue, then, while it waits, that it is graded with the seconds so far, then the answer; refused, it prints
+    why at once. The check() of the earlier releases (one request, its answer once graded) still gets its answer."""
+    monkeypatch.setenv("COURSE_CHECK_URL", service.url)
+    monkeypatch.setenv("COURSE_CHECK_TOKEN", service.roster["learners"]["sal"])
+    assert service.send("rae", _slow(), ASG)[0] == 202
+    printed = run_check_cell(ASG, tmp_path, criteria.check_cell_source(ASG))
+    lines = printed.splitlines()
+    score = next(i for i, line in enumerate(lines) if ANSWERED.fullmatch(line))
+    progress = [PROGRESS.fullmatch(line) for line in lines[:score]]
+    print("\n" + "\n".join(lines[:score + 1]))
+    assert progress and all(progress), printed
+    assert progress[0].group(1) == "1" and int(progress[0].group(2)) <= 2, lines[0]     # at once, with its place
+    assert any(m.group(1) is None for m in progress), printed                           # then graded
+    assert int(progress[-1].group(2)) > int(progress[0].group(2)), printed              # the seconds so far
+    assert "rope_tests: " in printed, printed
+    monkeypatch.setenv("COURSE_CHECK_TOKEN", service.roster["learners"]["tom"])
+    printed = run_check_cell(ASG, tmp_path, first_check(ASG))
+    assert ANSWERED.fullmatch(printed.splitlines()[0]) and "Check received" not in printed, printed
+    monkeypatch.setenv("COURSE_CHECK_TOKEN", "not-a-token")             # a first answer that is not 202 is the answer
+    printed = run_check_cell(ASG, tmp_path, criteria.check_cell_source(ASG))
+    assert printed == "Check refused (403): this check token belongs to no learner of the course\n", printed
+
+
 @SHARED
 @pytest.mark.browser
-def test_the_jupyterlab_button_checks_the_open_notebook(service, tmp_path):
-    """JupyterLab with the course's extension as `make install` installs it (labextension/, by pip): the notebook
-    toolbar's "Check my work" saves the open notebook, runs its own check() cell in its kernel and shows what it
-    prints."""
+def test_the_upload_page_says_at_once_its_check_s_place_and_time(service, tmp_path):
+    """An upload while uma's slow check holds the grader: the browser is sent at once to its check's page, which says
+    that it was received, its place in the queue and the seconds so far, reloads itself (no script runs) with the
+    seconds growing, and then shows the verdicts. The page is its learner's alone. What the page showed is in
+    _build/screenshots/check-upload-waiting.png and check-upload-answered.png."""
     from playwright.sync_api import sync_playwright
 
-    from autograder.service.local import free_port, wait_for
-
-    work = tmp_path / "work"
-    work.mkdir()
-    nbformat.write(variants.submission(ASG), str(work / "mine.ipynb"))       # any name: the file open is checked
-    other = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")], metadata={
-        "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}})
-    nbformat.write(other, str(work / "other.ipynb"))
-    port, token = free_port(), "lab-" + os.urandom(8).hex()
-    button = ".jp-NotebookPanel-toolbar [data-command='course-check:check']"
-    answer, close = ".jp-Dialog pre.course-check", ".jp-Dialog button:has-text('Close')"
-    env = {**os.environ, "HOME": str(tmp_path),
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_DATA_DIR": str(tmp_path / "data"),
-           "COURSE_CHECK_URL": service.url, "COURSE_CHECK_TOKEN": service.roster["learners"]["ada"]}
-    log = open(tmp_path / "lab.log", "w")
-    lab = subprocess.Popen([str(Path(sys.executable).parent / "jupyter-lab"), "--no-browser", "--allow-root",
-                            f"--port={port}",
-                            "--ServerApp.ip=127.0.0.1", f"--IdentityProvider.token={token}",
-                            f"--ServerApp.root_dir={work}"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                           start_new_session=True)
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            page = browser.new_page()
-            wait_for(f"http://127.0.0.1:{port}/api/status?token={token}", lab, tmp_path / "lab.log", timeout=120)
-            page.goto(f"http://127.0.0.1:{port}/lab/tree/mine.ipynb?token={token}")
-            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=120_000)
-            page.locator(button).click()
-            page.wait_for_selector(answer, timeout=300_000)
-            text = page.inner_text(answer)
-            assert f"{ASG}: 11 / 11 points (a check: no grade changed)" in text, text
-            page.click(close)
-            page.click(".lm-MenuBar-itemLabel:text-is('Run')")                 # the command is in the Run menu too
-            assert page.locator(".lm-Menu-itemLabel:text-is('Check my work')").is_visible()
-            page.keyboard.press("Escape")
-            # A notebook that is not one of the course's: nothing is sent, and the learner is told why.
-            page.goto(f"http://127.0.0.1:{port}/lab/tree/other.ipynb?token={token}")
-            page.wait_for_selector(".lm-TabBar-tab.jp-mod-current >> text=other.ipynb")
-            page.locator(f"{button} >> visible=true").click()
-            page.wait_for_selector(answer, timeout=60_000)
-            assert "has no check() cell" in page.inner_text(answer)
-            browser.close()
-    finally:
-        lab.terminate()                       # JupyterLab shuts its kernels down; past 30 s, it and they are killed
-        try:
-            lab.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(lab.pid, signal.SIGKILL)
-            lab.wait()
-        log.close()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    nb = tmp_path / f"{ASG}.ipynb"
+    nbformat.write(variants.submission(ASG), str(nb))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        page = browser.new_page()
+        violations = []
+        page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+        page.goto(service.url + "/")
+        page.fill("input[name=token]", service.roster["learners"]["val"])
+        page.click("button[type=submit]")
+        page.wait_for_selector("input[name=notebook]")
+        page.select_option("select[name=assignment]", ASG)
+        page.set_input_files("input[name=notebook]", str(nb))
+        assert service.send("uma", _slow(), ASG)[0] == 202
+        t = time.monotonic()
+        page.click("button[type=submit]")
+        page.wait_for_selector("#progress")
+        shown = time.monotonic() - t
+        first = page.inner_text("#progress")
+        page.screenshot(path=SHOTS / "check-upload-waiting.png")
+        print(f"\nthe check's page {shown:.2f} s after the upload was sent: {first!r}")
+        m = PROGRESS.fullmatch(first)
+        assert m and m.group(1) == "1" and shown < 5, first
+        assert re.search(r"/upload/[A-Za-z0-9_-]+$", page.url), page.url
+        assert page.locator("script").count() == 0
+        later = first
+        deadline = time.monotonic() + 60
+        while later == first and time.monotonic() < deadline:          # the page reloads itself
+            time.sleep(0.5)
+            later = page.locator("#progress, #answer").first.inner_text()
+        print(f"then: {later.splitlines()[0]!r}")
+        assert later != first and (PROGRESS.fullmatch(later) or ANSWERED.match(later)), later
+        page.wait_for_selector("#answer", timeout=300_000)
+        page.screenshot(path=SHOTS / "check-upload-answered.png")
+        assert ANSWERED.match(page.inner_text("#answer")), page.inner_text("#answer")
+        assert page.get_attribute("a:text-is('Check again')", "href") == "../"
+        where = page.url
+        browser.close()
+    assert not violations, violations
+    # the page is its learner's: no login is asked to log in, another learner is told there is no such check
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(where, timeout=60)
+    assert e.value.code == 401 and "log in" in e.value.read().decode()
+    other, _, _ = _login(service, service.roster["learners"]["wes"])
+    with pytest.raises(urllib.error.HTTPError) as e:
+        other.open(where, timeout=60)
+    assert e.value.code == 404 and "no check of yours has this id" in e.value.read().decode()
 
 
 def test_the_fair_queue_and_the_rate_limit_by_their_rules():
@@ -432,6 +559,61 @@ def test_the_fair_queue_and_the_rate_limit_by_their_rules():
     r.take("a", now=10.6)
     r.give_back("a", 1.0)                            # a check the grader failed is given back, that one only
     assert list(r.seen["a"]) == [10.6]
+
+
+def test_a_check_s_place_in_the_queue_is_the_order_it_starts_in():
+    """FairQueue.position: with one slot and a0 graded, the places of the checks waiting are the order they start in
+    (b and c, never served, before a's next), a place moves up as checks start, a check that arrives later from a
+    learner served less recently goes before it, and a check whose turn came has none."""
+    async def run():
+        q, started, turns = FairQueue(1), [], {}
+
+        def join(name: str):
+            turns[name] = q.join(name[0])
+            turns[name].add_done_callback(lambda _: started.append(name))
+
+        for name in ["a0", "a1", "a2", "b0", "c0"]:
+            join(name)
+        places = {name: q.position(f) for name, f in turns.items()}
+        assert (q.count(), q.running) == (4, 1)
+        await asyncio.sleep(0)
+        q.done()                                                  # a0 ends: b0 starts
+        await asyncio.sleep(0)
+        after = {name: q.position(turns[name]) for name in ["a1", "a2", "c0"]}
+        join("d0")                                                # never served: before a's next
+        later = {name: q.position(turns[name]) for name in ["a1", "c0", "d0"]}
+        while q.count():
+            q.done()
+            await asyncio.sleep(0)
+        return places, after, later, started
+
+    places, after, later, started = asyncio.run(run())
+    assert places == {"a0": None, "a1": 3, "a2": 4, "b0": 1, "c0": 2}, places
+    assert after == {"a1": 2, "a2": 3, "c0": 1} and later == {"a1": 3, "c0": 1, "d0": 2}, (after, later)
+    assert started == ["a0", "b0", "c0", "d0", "a1", "a2"], started
+
+
+def test_answers_are_kept_for_their_learner_alone_for_a_while():
+    """Checks (the checks answered at once) by its rules, times given: a check is found by its id for its learner
+    only; its answer is kept `kept` seconds after it is given, then forgotten; a learner's answers past `per_learner`
+    are forgotten oldest first, and a check still waiting is never forgotten."""
+    c = Checks(kept=600.0, per_learner=2)
+    a = [c.new("ada", ASG, now=float(i)) for i in range(4)]
+    b = c.new("ben", ASG, now=0.0)
+    assert len({p.id for p in [*a, b]}) == 5 and all(len(p.id) >= 20 for p in a)
+    assert c.get(a[0].id, "ada", now=1.0) is a[0] and c.get(a[0].id, "ben", now=1.0) is None
+    assert c.get(a[0].id, "ad", now=1.0) is None and c.get("x" + a[0].id, "ada", now=1.0) is None
+    assert a[0].state() == "queued"
+    c.done(b, 200, {"total": 1}, now=10.0)
+    c.done(a[0], 200, {"total": 1}, now=10.0)
+    c.done(a[1], 200, {"total": 2}, now=11.0)
+    assert c.get(a[0].id, "ada", now=12.0) is a[0] and a[0].state() == "done"     # two answers of ada's: kept
+    c.done(a[2], 400, {"error": "x"}, now=12.0)                                    # a third: her oldest forgotten
+    assert c.get(a[0].id, "ada", now=13.0) is None and c.get(a[1].id, "ada", now=13.0) is a[1]
+    assert c.get(b.id, "ben", now=610.0) is b                                      # within the time kept
+    assert c.get(b.id, "ben", now=610.5) is None                                   # past it: forgotten
+    assert c.get(a[3].id, "ada", now=10_000.0) is a[3]                             # waiting: never forgotten
+    assert set(c.checks) == {a[3].id}
 
 
 def test_admission_takes_every_limit_at_once_and_gives_back_only_grader_failures():
@@ -508,12 +690,13 @@ def test_a_check_past_its_time_is_the_learner_s_and_counted(tmp_path):
 
 
 @SHARED
-def test_a_notebook_that_kills_its_worker_is_graded_as_such(service):
-    """A rope that kills the process it runs in: the learner's check, answered 200 with that part at 0 and why."""
+def test_a_notebook_that_would_kill_its_worker_is_graded_as_such(service):
+    """A rope that would kill the process it runs in: the policy refuses it where it runs; the learner's check is
+    answered 200 with that part at 0 and why."""
     status, answer = service.check("kim", variants.submission(ASG, {"rope": KILLING_ROPE}), ASG)
     assert status == 200 and answer["total"] < 11, answer
     rope = next(c for c in answer["cells"] if c["cell"] == "rope_tests")
-    assert rope["score"] == 0 and "your code was killed while calling rope()" in rope["text"], rope
+    assert rope["score"] == 0 and "importing os is not allowed" in rope["text"], rope
 
 
 @SHARED
@@ -676,7 +859,8 @@ def test_what_waits_is_capped_and_refused_before_its_body(busy):
         for _ in range(12):
             bare.append(socket.create_connection(("127.0.0.1", busy.port)))
             time.sleep(0.1)
-        answered = [s for s in bare if select.select([s], [], [], 2)[0]]
+        time.sleep(2.0)              # the 8 taken stay unanswered (their headers may take 10 s), the 4 refused are not
+        answered = select.select(bare, [], [], 0)[0]
         assert len(answered) == 4, len(answered)
         for s in answered:
             reply = s.recv(4096).decode()
@@ -691,3 +875,234 @@ def test_what_waits_is_capped_and_refused_before_its_body(busy):
         assert first.result()[0] == 200
     for name in ["dee", "eve", "fay", "gus"]:
         assert busy.post(path, b"[]", token[name])[0] == 400
+
+
+ATTACKER = "127.0.0.2"        # the anonymous sockets' address; the learners' checks come from 127.0.0.1
+
+
+class _Attacker(threading.Thread):
+    """Anonymous sockets from ATTACKER, one for each of `heads` (a request's headers: never a body), each sending its
+    head at once or, `slow`, a byte every `slow` seconds; one the server answers or closes is counted and, `again`,
+    opened anew. `seen` lists (its status, 0 for closed unanswered; the seconds it was open); `live`, those open."""
+
+    def __init__(self, port: int, heads: list[bytes], slow: float = 0.0, again: bool = True):
+        super().__init__(daemon=True)
+        self.port, self.heads, self.slow, self.again = port, heads, slow, again
+        self.seen: list[tuple[int, float]] = []
+        self.live: list[list] = []
+        self.opened = 0
+        self.stop = threading.Event()
+
+    def _open(self, i: int) -> list:
+        s = socket.socket()
+        s.bind((ATTACKER, 0))
+        s.connect(("127.0.0.1", self.port))
+        self.opened += 1
+        return [s, i, 0, time.monotonic()]        # the socket, its head, the bytes of it sent, when it was opened
+
+    def run(self):
+        self.live = [self._open(i) for i in range(len(self.heads))]
+        while self.live and not self.stop.is_set():
+            for e in self.live:
+                head, n = self.heads[e[1]], 1 if self.slow else len(self.heads[e[1]])
+                if e[2] < len(head):
+                    try:
+                        e[2] += e[0].send(head[e[2]:e[2] + n])
+                    except OSError:
+                        pass
+            ready = select.select([e[0] for e in self.live], [], [], self.slow or 0.05)[0]
+            for e in [e for e in self.live if e[0] in ready]:
+                try:
+                    data = e[0].recv(4096)
+                except OSError:
+                    data = b""
+                self.seen.append((int(data.split()[1]) if data.startswith(b"HTTP/") else 0, time.monotonic() - e[3]))
+                e[0].close()
+                self.live.remove(e)
+                if self.again:
+                    time.sleep(0.02)
+                    self.live.append(self._open(e[1]))
+        for e in self.live:
+            e[0].close()
+
+    def statuses(self) -> dict[int, int]:
+        return {st: [s for s, _ in self.seen].count(st) for st in sorted({s for s, _ in self.seen})}
+
+
+def _upload_head(length: int, cookie: str = "") -> bytes:
+    return (f"POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary=b\r\n"
+            f"{cookie}Content-Length: {length}\r\n\r\n").encode()
+
+
+def _login(service, token: str) -> tuple[urllib.request.OpenerDirector, str, str]:
+    """A client logged in on the upload page with `token` (its form, as a browser sends it): the client with its
+    cookies, the upload page it was sent to, and the form's XSRF value."""
+    jar = http.cookiejar.CookieJar()
+    client = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    page = client.open(service.url + "/", timeout=60).read().decode()
+    xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
+    form = urllib.parse.urlencode({"_xsrf": xsrf, "token": token}).encode()
+    try:
+        page = client.open(service.url + "/login", data=form, timeout=60).read().decode()
+    except urllib.error.HTTPError as e:
+        return client, e.read().decode(), ""
+    return client, page, re.search(r'name="_xsrf" value="([^"]+)"', page).group(1)
+
+
+def _upload_answer(client: urllib.request.OpenerDirector, req) -> tuple[int, str, list[str]]:
+    """An upload (`req`) sent by a logged-in `client`, which is sent at once to its check's page, then that page asked
+    for again until it is the answer: its status, its text, and the texts of the pages that said the check waits."""
+    waited = []
+    try:
+        r = client.open(req, timeout=60)
+        while r.status == 202:
+            waited.append(r.read().decode())
+            time.sleep(0.5)
+            r = client.open(r.url, timeout=60)
+        return r.status, r.read().decode(), waited
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(), waited
+
+
+def _cookies(client: urllib.request.OpenerDirector) -> str:
+    jar = next(h for h in client.handlers if isinstance(h, urllib.request.HTTPCookieProcessor)).cookiejar
+    return "Cookie: " + "; ".join(f"{c.name}={c.value}" for c in jar) + "\r\n"
+
+
+@pytest.fixture(scope="module")
+def defaults(tmp_path_factory):
+    """A service with the roster's own caps (4,000,000-byte notebooks, 64 MiB of them held, 256 connections, 64
+    anonymous and 16 from one address, 10 s for a request's headers), one grading at a time, room for many checks."""
+    s = LocalService(tmp_path_factory.mktemp("defaults"), _roster(rate=[1000, 3600], max_concurrent=1))
+    yield s
+    s.close()
+
+
+def test_the_gate_bounds_anonymous_connections_by_address_and_in_all():
+    """Gate by its rules (times given): a burst from one address is taken while there is room; past its share an
+    address makes room only of its own old ones; another address's connection takes the place of the one past its
+    share, or of the oldest past the grace; a connection that says who it is leaves the anonymous ones."""
+    g = Gate(connections=10, anonymous=4, per_peer=2, grace=2.0)
+    a = [object() for _ in range(5)]
+    assert [g.enter(c, "A", now=0.0) for c in a[:4]] == [(None, None)] * 4       # a burst, past the share of 2
+    why, _ = g.enter(a[4], "A", now=0.5)
+    assert "not said who they are" in why and g.count("A") == 4                   # full, its own all young
+    b = object()
+    assert g.enter(b, "B", now=0.5) == (None, a[0]) and g.evicted == 1             # A's oldest, young as it is
+    assert g.enter(a[4], "A", now=3.0) == (None, a[1])                              # its own oldest, past the grace
+    g = Gate(connections=3, anonymous=2, per_peer=2, grace=2.0)
+    c = [object() for _ in range(4)]
+    g.enter(c[0], "A", now=0.0)
+    g.enter(c[1], "B", now=0.0)
+    assert g.enter(c[2], "C", now=1.0)[0] is not None                              # full, none past the grace
+    g.identified(c[0])
+    assert g.enter(c[2], "C", now=1.0) == (None, None) and g.count() == 2
+    why, _ = g.enter(c[3], "D", now=1.5)
+    assert why == "the check service has as many connections open as it takes"
+    assert g.enter(c[3], "D", now=2.5) == (None, c[1])                             # B's, past the grace
+    g.closed(c[0])
+    g.closed(c[0])
+    assert len(g.open) == 2 and g.count() == 2
+    assert peer_of(("10.0.0.1", 5)) == peer_of(("::ffff:10.0.0.1", 6, 0, 0)) == "10.0.0.1"
+    assert peer_of(("2001:db8::1", 5, 0, 0)) == peer_of(("2001:db8::ff:2", 6, 0, 0)) == "2001:db8::/64"
+
+
+def test_the_upload_page_knows_its_learner_from_its_headers(defaults):
+    """Standalone, the upload page asks for the token once (a small form) and knows the learner by the login cookie
+    it sets: an upload without it is refused 401 before its body; with it, the upload is the learner's check."""
+    anonymous = RawCheck(defaults.port, "/upload", None, b"x" * 1_000_000)
+    assert anonymous.answered(10)
+    assert anonymous.answer()[0] == 401
+    client, page, _ = _login(defaults, "not-a-token")
+    assert "belongs to no learner" in page
+    client, page, xsrf = _login(defaults, defaults.roster["learners"]["kim"])
+    assert "Checking as kim" in page and 'name="notebook"' in page and 'name="token"' not in page
+    cookie = next(c for c in next(h for h in client.handlers if isinstance(h, urllib.request.HTTPCookieProcessor))
+                  .cookiejar if c.name == COOKIE)
+    assert cookie.has_nonstandard_attr("HttpOnly")
+    body = (f'--b\r\nContent-Disposition: form-data; name="_xsrf"\r\n\r\n{xsrf}\r\n--b\r\nContent-Disposition: '
+            f'form-data; name="assignment"\r\n\r\n{ASG}\r\n--b\r\nContent-Disposition: form-data; name="notebook"; '
+            'filename="n.ipynb"\r\nContent-Type: application/octet-stream\r\n\r\n[]\r\n--b--\r\n').encode()
+    req = urllib.request.Request(defaults.url + "/upload", data=body, headers={
+        "Content-Type": "multipart/form-data; boundary=b"})
+    status, page, _ = _upload_answer(client, req)
+    assert status == 400 and "not a notebook" in page
+    assert _counted(defaults)[("kim", ASG)]["checks"] == "1"
+
+
+def test_anonymous_uploads_as_large_as_the_byte_cap_keep_no_learner_out(defaults):
+    """The red team's probe: 17 anonymous uploads from another address whose Content-Lengths add up to the 64 MiB the
+    checks waiting may hold, no body sent, each opened again when the service closes it. Each is refused 401 from
+    its headers and holds nothing, so a learner's checks meanwhile are graded (not 503). Control: the same 17 sent
+    by a learner the service knows (her login cookie) are held, two of them, as her limit says, the rest refused."""
+    cap, each = Roster.max_bytes_held, Roster.max_bytes + FORM_MARGIN
+    lengths = [each] * 16 + [cap - 16 * each]
+    assert len(lengths) == 17 and sum(lengths) == cap == 64 << 20
+    token = defaults.roster["learners"]["ada"]
+    attacker = _Attacker(defaults.port, [_upload_head(n) for n in lengths])
+    attacker.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(attacker.seen) < 17 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        first = attacker.statuses()
+        status, answer = defaults.check("ada", variants.submission(ASG), ASG)
+        statuses = [status] + [defaults.post(f"/check/{ASG}", b"[]", token)[0] for _ in range(9)]
+    finally:
+        attacker.stop.set()
+        attacker.join()
+    print(f"\nlearner: {statuses}; anonymous: {attacker.opened} opened, answered {attacker.statuses()}")
+    assert first.get(401, 0) >= 17, first                         # the service read them and answered each
+    assert status == 200 and answer["total"] == 11, answer
+    assert statuses[1:] == [400] * 9                             # admitted: "not a notebook", counted
+    assert attacker.statuses().get(401, 0) >= 17 and set(attacker.statuses()) <= {0, 401, 503}
+    assert max(t for st, t in attacker.seen) < defaults.roster["anonymous_timeout"]        # none held
+    client, _, _ = _login(defaults, defaults.roster["learners"]["eve"])
+    control = _Attacker(defaults.port, [_upload_head(n, _cookies(client)) for n in lengths], again=False)
+    control.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(control.seen) < 15 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        held, refused = len(control.live), control.statuses()
+        assert defaults.post(f"/check/{ASG}", b"[]", token)[0] == 400
+    finally:
+        control.stop.set()
+        control.join()
+    print(f"control (eve, known): {held} held, answered {refused}")
+    assert held == 2 and refused == {503: 15}, (held, refused)
+
+
+def test_slow_headers_are_cut_off_and_keep_no_learner_out(defaults):
+    """Slowloris: 80 sockets from another address send their headers a byte every half second, never finishing. The
+    service takes 64 (its anonymous cap: they arrive together, a burst past the 16 of one address while no one else
+    needs the room) and refuses the other 16 at once, 503 before reading anything; a learner's check from another
+    address meanwhile takes the place of the oldest (and the next ones the place it left) and is admitted; the rest
+    are cut off unanswered at the 10 s a request's headers may take, however steadily they send. Their places are
+    then free again."""
+    heads = [b"POST /check/" + ASG.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 200] * 80
+    attacker = _Attacker(defaults.port, heads, slow=0.5, again=False)
+    attacker.start()
+    try:
+        time.sleep(2.0)
+        refused_at_once = attacker.statuses()
+        statuses = [defaults.post(f"/check/{ASG}", b"[]", defaults.roster["learners"]["gus"])[0] for _ in range(3)]
+        attacker.join(30)
+    finally:
+        attacker.stop.set()
+        attacker.join()
+    timeout = defaults.roster["anonymous_timeout"]
+    cut = sorted(round(t, 1) for st, t in attacker.seen if st == 0)
+    print(f"\nlearner: {statuses}; slow sockets: {attacker.opened} opened, refused at once {refused_at_once}, "
+          f"closed unanswered after {cut[:4]} ... {cut[-2:]} s")
+    assert statuses == [400, 400, 400]
+    assert refused_at_once == {503: 16} and attacker.statuses() == {0: 64, 503: 16}
+    assert len([t for t in cut if t < timeout - 1]) == 1      # the learner's first took one's place; then 63 left room
+    assert all(timeout - 1 <= t <= timeout + 4 for t in cut[1:]), cut        # the rest: the header timeout
+    again = _Attacker(defaults.port, heads[:16], slow=0.5, again=False)
+    again.start()
+    time.sleep(1.0)
+    assert not again.seen and len(again.live) == 16                          # taken: the places were given back
+    again.stop.set()
+    again.join()

@@ -142,10 +142,38 @@ class FairQueue:
 
     async def turn(self, learner: str):
         """Wait for this check's turn; the caller must call `done()` when its grading ends."""
+        await self.join(learner)
+
+    def join(self, learner: str) -> asyncio.Future:
+        """Put a check of `learner`'s in the queue: the future is done when its turn comes (at once when a slot is
+        free); the caller awaits it, then calls `done()` when its grading ends."""
         ready = asyncio.get_running_loop().create_future()
         self.waiting.setdefault(learner, collections.deque()).append(ready)
         self._start()
-        await ready
+        return ready
+
+    def position(self, ready: asyncio.Future) -> int | None:
+        """The place of the check whose turn is `ready`, as the queue stands: 1 for the next to start, 2 for the one
+        after it, ... (a check that arrives later from a learner served less recently may still go before it); None
+        once its turn came. The order `_start` would give, played on a copy."""
+        waiting = {name: list(q) for name, q in self.waiting.items()}
+        last = dict(self.last_start)
+        clock = max(last.values(), default=0.0)
+        place = 0
+        while waiting:
+            learner = min(waiting, key=lambda name: last.get(name, -1.0))
+            place += 1
+            if waiting[learner].pop(0) is ready:
+                return place
+            if not waiting[learner]:
+                del waiting[learner]
+            clock += 1.0
+            last[learner] = clock
+        return None
+
+    def count(self) -> int:
+        """Checks waiting for their turn."""
+        return sum(len(q) for q in self.waiting.values())
 
     def done(self):
         self.running -= 1

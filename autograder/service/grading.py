@@ -119,12 +119,15 @@ class Checker:
             return answer
 
     def close(self):
-        """End the idle graders at once: killed with what they started (a warm suite server still making the next
-        check ready would hold an asked grader for seconds), their sandboxes removed."""
+        """End the idle graders at once, all together: killed with what they started (a warm suite server still making
+        the next check ready would hold an asked grader for seconds), their sandboxes removed."""
         with self.lock:
             idle, self.idle = self.idle, []
-        for grader in idle:
-            grader.close(kill=True)
+        ending = [threading.Thread(target=grader.close, kwargs={"kill": True}, name="grader-close") for grader in idle]
+        for t in ending:
+            t.start()
+        for t in ending:
+            t.join()
 
 
 def answer_of(rec: dict | None) -> dict:

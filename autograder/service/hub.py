@@ -10,6 +10,8 @@ from urllib.parse import urlparse
 import tornado.web
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler, HubOAuthenticated
 
+from autograder.service.fair import Refusal
+
 CALLBACK = HubOAuthCallbackHandler            # where the hub's OAuth sends the browser back (at <prefix>oauth_callback)
 
 
@@ -30,7 +32,9 @@ def where() -> tuple[str, int, str]:
 
 
 def login_page(page: type) -> type:
-    """The upload page behind the hub's login: the learner is the hub user whose browser it is."""
+    """The upload page (or its check's page) behind the hub's login: the learner is the hub user whose browser it is,
+    known from the hub's cookie (asked of the hub without blocking) before the form's body is read; the form's XSRF
+    field once it is."""
 
     class HubPage(HubOAuthenticated, page):
         def initialize(self, service):
@@ -42,11 +46,16 @@ def login_page(page: type) -> type:
                 HubOAuthenticated.check_xsrf_cookie(self)
 
         @tornado.web.authenticated
-        def get(self):
-            return super().get()
+        def get(self, *args, **kwargs):
+            return super().get(*args, **kwargs)
 
-        async def learner(self) -> str:
-            return self.service.hub_learner(self.current_user)
+        async def identify(self) -> str:
+            user = await self.hub_auth.get_user(self, sync=False)
+            if not user:
+                raise Refusal(403, "log in through the hub first: open the check service's page")
+            name = self.service.hub_learner(user)
+            self.current_user = user
+            return name
 
         @tornado.web.authenticated
         async def post(self):

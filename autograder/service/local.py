@@ -1,6 +1,7 @@
 """The service on this machine, for the tests and `make bench`: started as `python -m autograder.service` on a free
-loopback port and waited for until it is ready, a plain HTTP client for it, and checks over raw sockets (`RawCheck`:
-headers first, the body when asked, as clients arriving at once do)."""
+loopback port and waited for until it is ready, a plain HTTP client for it (checks answered once graded, or at once
+and then asked after), and checks over raw sockets (`RawCheck`: headers first, the body when asked, as clients
+arriving at once do)."""
 from __future__ import annotations
 
 import csv
@@ -102,6 +103,31 @@ class LocalService:
     def check(self, learner: str, nb, asg: str) -> tuple[int, dict]:
         status, answer, _ = self.post(f"/check/{asg}", nbformat.writes(nb).encode(), self.roster["learners"][learner])
         return status, answer
+
+    def send(self, learner: str, nb, asg: str) -> tuple[int, dict, Any]:
+        """`learner`'s check of `nb`, answered at once (`Prefer: respond-async`): 202 with its id when received."""
+        return self.post(f"/check/{asg}", nbformat.writes(nb).encode(), self.roster["learners"][learner],
+                         {"Prefer": "respond-async"})
+
+    def ask(self, check_id: str, token: str | None) -> tuple[int, dict, Any]:
+        """How the check `check_id` goes (`GET checks/<id>` with `token`): 202 while it waits, then its answer."""
+        req = urllib.request.Request(f"{self.url}/checks/{check_id}",
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, json.load(r), r.headers
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}"), e.headers
+
+    def answer(self, learner: str, check_id: str, timeout: float = 600) -> tuple[int, dict]:
+        """The answer to `learner`'s check `check_id`, asked for every half second until it comes."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status, answer, _ = self.ask(check_id, self.roster["learners"][learner])
+            if status != 202:
+                return status, answer
+            time.sleep(0.5)
+        raise AssertionError(f"{learner}'s check {check_id} was not answered within {timeout:g} s")
 
     def close(self):
         self.proc.terminate()

@@ -4,7 +4,8 @@ tokens`, mode 0600, by default outside the course's repository: `default_path()`
     {"learners": {"ada": "<token>", ...}, "instructors": {"prof": "<token>"},
      "assignments": {"attention": {"open": true, "until": "2026-12-15T16:00:00+00:00"}, ...},
      "rate": [20, 3600], "max_concurrent": 2, "max_bytes": 4000000,
-     "max_connections": 256, "max_waiting": 64, "max_waiting_per_learner": 2, "max_bytes_held": 67108864}
+     "max_connections": 256, "max_waiting": 64, "max_waiting_per_learner": 2, "max_bytes_held": 67108864,
+     "max_anonymous": 64, "max_anonymous_per_peer": 16, "anonymous_timeout": 10, "body_timeout": 120}
 
 An assignment not listed is not open for checks; one past its `until` (its due date) is closed.
 As a JupyterHub service (`--hub`) the hub says who is asking: the learners are the hub users named in "learners"
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 LIMITS = ("max_concurrent", "max_bytes", "max_connections", "max_waiting", "max_waiting_per_learner",
-          "max_bytes_held")
+          "max_bytes_held", "max_anonymous", "max_anonymous_per_peer", "anonymous_timeout", "body_timeout")
 
 
 def default_path() -> Path:
@@ -59,6 +60,10 @@ class Roster:
     max_waiting: int = 64                                         # checks admitted and not yet answered, in all
     max_waiting_per_learner: int = 2                              # ... of one learner
     max_bytes_held: int = 64 << 20                                # the bytes their notebooks hold together
+    max_anonymous: int = 64                                       # connections open that have not said who, in all
+    max_anonymous_per_peer: int = 16                              # ... from one address (an IPv6 /64)
+    anonymous_timeout: int = 10                                   # s for headers, and a body read before who is known
+    body_timeout: int = 120                                       # seconds for a known learner's notebook to arrive
 
     @classmethod
     def load(cls, path: Path) -> Roster:
