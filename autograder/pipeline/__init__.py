@@ -1,11 +1,12 @@
-"""nbgrader's side: the preprocessors that make `nbgrader autograde` trustworthy, one per file, registered by
-`configure(c)` (nbgrader_config.py): the submission read defensively (`reader`, `submission`), the notebook run in the
-sandbox (`run`), each graded cell scored by its hidden suite (`score`), the scores saved with the instructor's typed
-ones kept (`grades`), the verdicts saved as gradebook comments (`diagnoses`), learner output sanitized (`sanitize`),
-the feedback pages (`feedback`), a line per graded notebook (`progress`), and the grades exported for an LMS
-(`export`)."""
+"""nbgrader's side, one part per file, registered by `configure(c)` (nbgrader_config.py): the submission read
+defensively (`reader`, `submission`), the notebook run in the sandbox (`run`), each graded cell scored by its hidden
+suite (`score`), the scores saved with the instructor's typed ones kept (`grades`), the verdicts saved as comments
+(`diagnoses`), learner output sanitized (`sanitize`), the feedback pages (`feedback`), a line per graded notebook
+(`progress`), the late penalty for the scores as they are (`late`), the grades exported, by plain `nbgrader export`
+too (`export`), and the feedback released through the exchange (`exchange`)."""
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
@@ -19,9 +20,12 @@ from nbgrader.preprocessors import (
     OverwriteCells,
     OverwriteKernelspec,
 )
+from sqlalchemy.exc import SAWarning
 
 from autograder.pipeline import submission
 from autograder.pipeline.diagnoses import SaveDiagnoses
+from autograder.pipeline.exchange import ReleaseFeedback
+from autograder.pipeline.export import GradesExport
 from autograder.pipeline.feedback import TEMPLATES, BookLinks, FeedbackGrades, FeedbackHTML, OmitCheckCell
 from autograder.pipeline.grades import SaveGrades
 from autograder.pipeline.progress import Progress
@@ -54,3 +58,15 @@ def configure(c):
     c.FeedbackHTML.extra_template_basedirs = [str(TEMPLATES), str(nbgrader_templates)]
     c.FeedbackHTML.extra_template_paths = [str(nbgrader_templates)]          # where 'feedback/index.html.j2' is
     c.GenerateFeedback.preprocessors = [OmitCheckCell, FeedbackGrades, BookLinks, CSSHTMLHeaderPreprocessor]
+    # Plain `nbgrader export`: nbgrader's columns, written as CSV (quoted, no learner's text a formula), with the late
+    # penalty nbgrader's policy gives the scores now.
+    c.ExportApp.plugin_class = GradesExport
+    # `release_feedback` says who did not come through the exchange, and what to do, before releasing anything.
+    c.ExchangeFactory.release_feedback = ReleaseFeedback
+    # nbgrader 0.9.6's `Gradebook.add_submission` builds a submission, its notebooks, grades and comments, then adds
+    # the submission to the session, which adds them all with it. Meanwhile its reading of the assignment's notebooks
+    # flushes the session, and SQLAlchemy 2, which no longer adds a new object to the session through a backref, says
+    # so: three warnings a new submission, at every autograde. Only those are silenced.
+    warnings.filterwarnings("ignore", category=SAWarning, module=r"nbgrader\.api$",
+                            message=r"Object of type <Submitted(Assignment|Notebook)> not in session, add operation "
+                                    r"along '(Assignment|Student|Notebook)\.submissions' will not proceed")
