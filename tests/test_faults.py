@@ -184,24 +184,10 @@ def test_a_learner_whose_every_call_hangs_is_stopped_at_the_budget(tmp_path):
 
 
 # -- a frame of 1 GiB -----------------------------------------------------------------------------------
+# An answer of 1 GiB (2^28 float32 zeros): the worker sends it as one frame, which declares its size first.
 GIANT_FRAME = '''
 def sinusoidal_encoding(seq_len, d_model, base=10000.0):
-    """In the grader's worker: write, on the grader's channel, a frame that declares 1 GiB of payload, and send it."""
-    import fcntl, os, struct, sys
-    if not sys.argv[0].endswith("worker.py"):
-        return torch.zeros(seq_len, d_model)
-    for fd in map(int, os.listdir("/proc/self/fd")):
-        try:
-            pipe = os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:")
-            out = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY
-        except OSError:
-            continue
-        if pipe and out and fd != 2:
-            os.write(fd, struct.pack("<I", 2) + b"{}" + struct.pack("<Q", 1 << 30))
-            chunk = bytes(1 << 20)
-            for _ in range(1024):
-                os.write(fd, chunk)
-    return torch.zeros(seq_len, d_model)
+    return torch.zeros(1 << 28)
 '''
 
 
@@ -217,7 +203,8 @@ def test_a_giant_frame_is_refused_unread():
     assert honest.fault is None and giant.fault is None, giant.fault
     assert honest_peak > 0 and giant_peak < honest_peak + (64 << 20), (honest_peak >> 20, giant_peak >> 20)
     v = giant.verdicts["sinusoidal_encoding_tests"]
-    assert v.score == 0 and any("is too large" in d and str(1 << 30) in d for d in v.failed), v.failed
+    sizes = [int(n) for d in v.failed if "is too large" in d for n in re.findall(r"payload of (\d+) bytes", d)]
+    assert v.score == 0 and sizes and min(sizes) >= 1 << 30, v.failed
     assert giant.verdicts["rope_tests"].score == 4.0 and giant.verdicts["alibi_bias_tests"].score == 3.0
 
 

@@ -106,7 +106,7 @@ def test_packages_outside_the_environment_are_seen_and_the_course_is_not(tmp_pat
         def answer():
             return [extra_package.ANSWER, os.path.exists({str(ROOT / "solutions")!r}), os.access(extra_package.__file__, os.W_OK)]
         '''
-        w = Learner([{{"id": "c", "source": cell}}])
+        w = Learner([{{"id": "c", "source": cell}}], guarded=False)
         print(w.fn("answer")(), w.cell_errors)
         w.close()
     """)  # noqa: E501 - the probe's code, kept as it runs

@@ -9,6 +9,7 @@ import os
 import re
 import socket
 import threading
+import time
 
 import nbformat
 import pytest
@@ -68,6 +69,14 @@ def listener():
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
+    # The control: a connection from outside the sandbox reaches it (so an empty list below means none did).
+    socket.create_connection(srv.getsockname(), timeout=3).sendall(b"control")
+    for _ in range(50):
+        if got:
+            break
+        time.sleep(0.1)
+    assert got == [b"control"], got
+    got.clear()
     yield srv.getsockname()[1], got
     stop.set()
     t.join(2)
@@ -117,7 +126,11 @@ def test_attack_gains_nothing(attacked, attacker):
 
 
 def test_no_connection_reached_the_grading_machine(attacked, listener):
+    """The attack ran (the notebook's run shows its refusal) and nothing reached the listener, which a connection
+    from outside the sandbox reaches (the `listener` fixture's control)."""
     _, got = listener
+    ran = (attacked[0] / "autograded" / "socket" / ASG / f"{ASG}.ipynb").read_text()
+    assert "no network:" in ran, ran[-2000:]
     assert got == []
 
 

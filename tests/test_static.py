@@ -1,7 +1,7 @@
 """The static reading of a learner's source (autograder.verdict.static): every route to a library version of
 an exercise is proven, every construct a reading cannot follow is flagged, honest code is neither."""
 import pytest
-from helpers import ASSIGNMENTS
+from helpers import ASSIGNMENTS, BINDINGS, CONSTRUCTS, IDIOMS, LOOKUPS, MODULES, in_part, route
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,50 +44,11 @@ def test_every_route_to_a_library_version_is_proven(source, path):
     assert path in library, library
 
 
-@pytest.mark.parametrize("source,why", [
-    ("getattr(torch.nn.functional, 'scaled_dot_product_' + 'attention')", "a name built while the code runs"),
-    ("__import__('torch.nn.functional')", "__import__"),
-    ("import importlib\nimportlib.import_module('torch.nn.functional')", "importlib"),
-    ("import sys\nsys.modules['__main__'].Worker.op_run = None", "sys.modules"),
-    ("eval('torch.nn.functional')", "eval"),
-    ("exec('x = 1')", "exec"),
-    ("import ctypes\nctypes.CDLL(None)", "ctypes"),
-    ("import sys\nsys._getframe(1).f_globals", "_getframe"),
-    ("(lambda: 0).__globals__", "__globals__"),
-    ("torch.nn.functional.__dict__['layer_norm']", "__dict__"),
-    ("from torch.nn.functional import *", "every name"),
-    ("torch.allclose = lambda *a, **k: True", "assigns into a library module"),
-    ("setattr(torch, 'allclose', None)", "setattr"),
-    ("import os\nos.fork()", "os.fork"),
-    ("import signal\nsignal.alarm(1)", "signal"),
-    ("open('/proc/self/clear_refs', 'w').write('5')", "open"),
-    ("import inspect\ninspect.currentframe()", "inspect"),
-    ("import operator\noperator.attrgetter('layer_norm')(torch.nn.functional)", "operator.attrgetter"),
-    # the third round: routes a list of known bad routes had missed
-    ("g = getattr\ng(torch.nn.functional, 'scaled_dot_product_attention')(q, k, v)", "getattr as a value"),
-    ("def f(q, nnf=torch.nn.functional):\n    return nnf.scaled_dot_product_attention(q, q, q)", "as a value"),
-    ("(G, _) = (torch.nn.functional, 0)\nG.scaled_dot_product_attention(q, k, v)", "as a value"),
-    ("op = torch._C._jit_get_operation('aten::scaled_dot_product_attention')", "torch._C"),
-    ("op = torch._C._jit_get_operation(name)", "torch._C"),
-    ("ops = [torch.ops.aten]", "torch.ops"),
-    ("vars(torch.nn.functional)['layer_norm']", "vars"),
-    ("getattr(things[0], name)", "a name built while the code runs"),
-    ("import torch.library\ntorch.library.Library('aten', 'IMPL')", "torch.library"),
-    # the fourth round: library versions found by their __name__, and the worker's own objects
-    ("import torch.overrides\nfs = torch.overrides.get_testing_overrides()\n"
-     "f = [g for g in fs if g.__name__ == 'multi_head_' + 'attention_forward'][0]", "torch.overrides"),
-    ("import torch._decomp\nf = [g for g in torch._decomp.decomposition_table.values()\n"
-     "     if getattr(g, '__name__', '') == 'native_layer_norm'][0]", "torch._decomp"),
-    ("import __main__\n__main__._refusals.clear()", "__main__"),
-    ("import torch.nn.functional as F\nf = [getattr(F, n) for n in dir(F) if n.endswith('attention')][0]", "dir"),
-    ("import torch.nn.functional as F\nf = next(v for v in vars(F).values() if getattr(v, '__name__', '') == 'x')",
-     "vars"),
-    ("import gc\nf = [o for o in gc.get_objects() if getattr(o, '__name__', '') == 'layer_norm'][0]", "gc"),
-    ("import torch.nn.functional as F\nf = {g.__name__: g for g in F.__dict__.values() if callable(g)}['x']",
-     "__dict__"),
-])
+@pytest.mark.parametrize("source,why", CONSTRUCTS)
 def test_constructs_a_reading_cannot_follow_are_flagged(source, why):
-    _, suspicious = findings(source)
+    """In a graded part's own code, flagged (autograder.verdict.static); the same code is refused while it runs
+    (tests/test_guard.py)."""
+    _, suspicious = findings(in_part(source))
     assert any(why in s for s in suspicious), suspicious
 
 
@@ -146,50 +107,12 @@ def test_no_correct_answer_is_proven_or_flagged(asg):
         assert not any(r.library.values()) and not any(r.suspicious.values()), (v and v.name, r)
 
 
-# -- a generator of obfuscations ------------------------------------------------------------------------
-# A route is a module reached some way, passed from name to name through one to three bindings, and its function
-# looked up some way; every combination must be proven or flagged, never pass as honest code.  Hypothesis draws
-# them (and shrinks a route that passes to its smallest form); every single binding with every lookup is tried too.
-MODULES = ["torch.nn.functional", "nn.functional", "F", "torch._C._nn", "torch.ops.aten"]
-BINDINGS = [
-    "{b} = {a}", "({b}, _) = ({a}, 0)", "{b}, = [{a}]", "{b} = [{a}][0]", "{b} = {{'k': {a}}}['k']",
-    "{b} = (lambda: {a})()", "def _get{i}(m={a}):\n    return m\n{b} = _get{i}()",
-    "class _Box{i}:\n    m = {a}\n{b} = _Box{i}.m", "{b} = {a} if q is not None else q", "({b} := {a})",
-    "for {b} in ({a},):\n    pass", "import contextlib\nwith contextlib.nullcontext({a}) as {b}:\n    pass",
-    "global {b}\n{b} = {a}", "{b} = next(iter([{a}]))", "{b} = type('B', (), {{'m': {a}}}).m",
-    "{b} = {a}.__class__.__call__ and {a}", "[*{b}] = [{a}]\n{b} = {b}[0]",
-]
-LOOKUPS = [
-    "h.scaled_dot_product_attention", "getattr(h, 'scaled_dot_product_attention')",
-    "getattr(h, 'scaled_dot_product_' + 'attention')", "h.__dict__['scaled_dot_product_attention']",
-    "vars(h)['scaled_dot_product_attention']", "getattr(h, 'noitnetta_tcudorp_tod_delacs'[::-1])",
-    "(lambda g: g(h, 'scaled_dot_product_attention'))(getattr)",
-    "__import__('operator').attrgetter('scaled_dot_product_attention')(h)",
-    "h.__getattribute__('scaled_dot_product_attention')",
-    # found by its __name__ in a table of the module's names or values
-    "[g for g in vars(h).values() if getattr(g, '__name__', '') == 'scaled_dot_product_attention'][0]",
-    "next(g for g in h.__dict__.values() if getattr(g, '__name__', '') == 'scaled_dot_product_attention')",
-    "[getattr(h, n) for n in dir(h) if n.startswith('scaled_dot')][0]",
-    "{g.__name__: g for g in map(h.__getattribute__, dir(h))}['scaled_dot_product_attention']",
-    "[g for g in (h.relu, h.scaled_dot_product_attention) if g.__name__.endswith('attention')][0]",
-    "[g for g in __import__('torch').overrides.get_testing_overrides() if g.__name__ == 'x'][0]",
-]
-
-
-def _route(module: str, bindings: list[str], lookup: str) -> str:
-    lines = ["import torch.nn.functional as F"]
-    for i, binding in enumerate(bindings):
-        a, b = (module if i == 0 else f"h{i - 1}"), ("h" if i == len(bindings) - 1 else f"h{i}")
-        lines += binding.format(a=a, b=b, i=i).splitlines()
-    lines += [f"f = {lookup}", "return f(q, k, v), None"]
-    return "def scaled_dot_product_attention(q, k, v, mask=None):\n" + "\n".join("    " + line for line in lines)
-
-
+# -- a generator of obfuscations (tests/helpers.py: ROUTES) -------------------------------------------------------
 @pytest.mark.parametrize("binding", BINDINGS)
 def test_no_single_binding_passes_as_honest_code(binding):
     for module in MODULES:
         for lookup in LOOKUPS:
-            source = _route(module, [binding], lookup)
+            source = route(module, [binding], lookup)
             assert any(findings(source)), source
 
 
@@ -197,7 +120,7 @@ def test_no_single_binding_passes_as_honest_code(binding):
 @given(st.sampled_from(MODULES), st.lists(st.sampled_from(BINDINGS), min_size=1, max_size=3),
        st.sampled_from(LOOKUPS))
 def test_no_obfuscated_route_passes_as_honest_code(module, bindings, lookup):
-    source = _route(module, bindings, lookup)
+    source = route(module, bindings, lookup)
     assert any(findings(source)), source
 
 
@@ -229,9 +152,16 @@ def test_a_self_check_at_module_level_is_a_note_not_the_part_s_use():
     assert r.notes["FeedForward"] == []
 
 
-def test_code_that_runs_with_its_cell_and_reaches_the_grader_flags_every_part():
+def test_code_that_runs_with_its_cell_is_a_note_for_its_cell_s_parts():
+    """A plot or a self-check at module level is no graded part's use: a note for the parts of its cell (the worker
+    refuses, where it runs, whatever the policy does not allow: tests/test_guard.py), never a flag on every part."""
     r = report({"LayerNorm": LN.replace("BODY", "x") + "\nimport gc\n_all = gc.get_objects()\n", "FeedForward": FF})
-    assert all(any("gc.get_objects" in f.what for f in r.suspicious[p]) for p in ("LayerNorm", "FeedForward"))
+    assert not any(r.suspicious.values())
+    assert any("gc.get_objects" in f.what for f in r.notes["LayerNorm"]) and r.notes["FeedForward"] == []
+    plot = ("\nimport matplotlib.pyplot as plt\nimport numpy as np\nnp.random.seed(0)\n"
+            "plt.plot(np.linalg.norm(np.random.randn(3, 4), axis=1))\n")
+    r = report({"LayerNorm": LN.replace("BODY", "x") + plot, "FeedForward": FF})
+    assert not any(r.suspicious.values()) and not any(r.notes.values()), r
 
 
 def test_a_name_built_while_the_code_runs_says_what_is_allowed():
@@ -261,31 +191,8 @@ def test_a_reading_past_its_deadline_flags_every_part_as_too_large():
     assert r.too_large
 
 
-# -- honest code, generated: every idiom a good learner writes, in any combination, is neither proven nor flagged --
-IDIOMS = [
-    "h = x  # type: torch.Tensor",
-    "def helper(t: torch.Tensor) -> 'torch.Tensor':\n    return t",
-    "names = {'attention': 1, 'layer_norm': 2, 'MultiheadAttention': 3}",
-    "shape = functools.reduce(operator.mul, x.shape, 1)",
-    "cfg = types.SimpleNamespace(d=4, name='layernorm')",
-    "if DEBUG:\n    print('layernorm', x.shape)",
-    "acts = {'relu': torch.relu, 'gelu': torch.nn.functional.gelu}",
-    "y = itertools.chain.from_iterable([[1], [2]])",
-    "Pair = collections.namedtuple('Pair', 'a b')",
-    "z = math.sqrt(x.shape[-1]) * np.float64(1.0)",
-    "w = getattr(self, 'weight', None)",
-    "setattr(self, 'cache', None)",
-    "t = torch.nn.functional.softmax(x, dim=-1)",
-    "n = type(self).__name__",
-    "nn.Module.__init__(self)",
-    "fn = (lambda t: t * 2)",
-    "msg = f'{type(x).__name__} of shape {tuple(x.shape)}'",
-    "mask = torch.ones(3, 3, dtype=torch.bool).tril()",
-    "d = dataclasses.field(default=0)",
-    "k = typing.cast(int, 3)",
-]
-
-
+# -- honest code, generated (tests/helpers.py: IDIOMS): every idiom a good learner writes, in any combination, is
+# neither proven nor flagged ------------------------------------------------------------------------------------------
 @settings(max_examples=200, derandomize=True, deadline=None)
 @given(st.lists(st.sampled_from(IDIOMS), min_size=1, max_size=6))
 def test_generated_honest_code_is_neither_proven_nor_flagged(idioms):

@@ -12,6 +12,7 @@ and what the kernel measures from outside (autograder.sandbox.cgroups).
 from __future__ import annotations
 
 import json
+import linecache
 import os
 import sys
 import traceback
@@ -86,8 +87,13 @@ def _error(e: BaseException) -> dict:
     tb = traceback.extract_tb(e.__traceback__)
     learner_frames = [f for f in tb if f.filename.startswith("<cell")]
     lines = traceback.format_list(learner_frames[-3:])
-    return {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__],
-            "message": str(e)[:2000], "traceback": "".join(lines)[-4000:]}
+    out = {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__],
+           "message": str(e)[:2000], "traceback": "".join(lines)[-4000:]}
+    guard = _HELPERS.get("guard")
+    what = getattr(e, "what", "") if guard is not None and type(e) is guard.RefusedError else ""
+    if what:                                     # a library version of the exercise, by name
+        out["refused"] = str(what)[:200]
+    return out
 
 
 def make_inputs(specs: list[dict], seed: int) -> list:
@@ -135,7 +141,6 @@ LIBRARY_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_attention_ma
                "_native_multi_head_attention", "_transformer_encoder_layer_fwd", "layer_norm", "native_layer_norm",
                "group_norm", "native_group_norm", "instance_norm", "batch_norm", "native_batch_norm",
                "_native_batch_norm_legit", "rms_norm", "_fused_rms_norm")
-REFUSED = "the library version of an exercise was called"
 COURSE = "--course"                        # a worker of course code: nothing refused
 FROM_GRADER = 1 << 31                      # what the grader sends is read whole (a notebook's cells: any size)
 KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CPU", "CUDA")
@@ -158,7 +163,7 @@ def refuse_library(ops) -> tuple[list, list[str]]:
             continue
 
         def refuse(*args, _op=qualified, **kwargs):
-            raise RuntimeError(f"{REFUSED} ({_op}): write this part yourself")
+            _helper("guard").refuse_library(_op)
 
         keys = [key for key in KEYS if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, key)]
         with warnings.catch_warnings():
@@ -180,6 +185,20 @@ def undone(refused: list[str]) -> list[str]:
 
 
 MAX_GRAPHS = 256       # course parts' autograd graphs kept for a backward that may come
+# This folder's own modules the worker uses, imported before learner code runs and then taken out of sys.modules, so
+# that no import (the learner's is guarded anyway: autograder.inside.guard) finds the ones this process uses.
+_HELPERS: dict = {}
+HELPERS = ("calls", "parts", "protocol", "guard", "tracer", "kernels")
+
+
+def _helper(name: str):
+    """One of this folder's modules, as imported before learner code ran (tracer: imported when first asked for, when
+    the worker was not told to import it ahead)."""
+    if name not in _HELPERS:
+        import importlib
+
+        _HELPERS[name] = importlib.import_module(name)
+    return _HELPERS[name]
 
 
 class Worker:
@@ -204,9 +223,7 @@ class Worker:
 
     def op_use_parts(self, req):
         """While the grader checks one part, the parts it uses are the course's (through `callback`)."""
-        import parts
-
-        parts.install(self.ns, [str(n) for n in req.get("names", [])], self.callback)
+        _HELPERS["parts"].install(self.ns, [str(n) for n in req.get("names", [])], self.callback)
         return None
 
     def op_part(self, req):
@@ -277,9 +294,18 @@ class Worker:
     def op_call_twice(self, req):
         """Two calls, each on its own fresh copies of the arguments, the first with autograd off and the second with
         it on, and the arguments as each call left them (calls.call_twice)."""
-        import calls
+        calls = _HELPERS["calls"]
+        rows = int(req["last_rows"]) if req.get("last_rows") else None
+        if req.get("family"):
+            return calls.call_family(self.target(req), req.get("args", []), req.get("kwargs", {}), str(req["family"]),
+                                     last_rows=rows)
+        return calls.call_twice(self.target(req), req.get("args", []), req.get("kwargs", {}), last_rows=rows)
 
-        return calls.call_twice(self.target(req), req.get("args", []), req.get("kwargs", {}))
+    def op_gradients(self, req):
+        """The gradients of one call with respect to its floating arguments and the module's parameters
+        (calls.gradients), in float64 when asked (a module is converted first)."""
+        return _HELPERS["calls"].gradients(self.target(req), req.get("args", []), req.get("kwargs", {}),
+                                          list(req.get("grads") or []))
 
     def op_new(self, req):
         obj = self.op_call(req)
@@ -354,9 +380,19 @@ class Worker:
     def op_graph(self, req):
         """The learner's module `name`, built with the graph module's example sizes, as a graph of plain data
         (tracer): for the feedback's drawing, never for a score."""
-        import tracer
+        return _helper("tracer").trace_named(self.ns, str(req["name"]))
 
-        return tracer.trace_named(self.ns, str(req["name"]))
+    def op_counted_call(self, req):
+        """One call, and the global-memory bytes the kernels it launched moved in Triton's interpreter, counted by the
+        course's instrument (kernels.count_bytes, installed before learner code ran): {"out", "bytes"}."""
+        kernels = _HELPERS["kernels"]
+        kernels.counted()
+        out = _HELPERS["calls"].detached(self.target(req)(*req.get("args", []), **req.get("kwargs", {})))
+        return {"out": out, "bytes": kernels.counted()}
+
+    def op_kernel_facts(self, req):
+        """A Triton kernel of the cells compiled for NVIDIA targets, as plain data (kernels.facts)."""
+        return _HELPERS["kernels"].facts(self.ns, req)
 
     def op_refused(self, req):
         """The refused operators whose refusal no longer holds (the trusted side asks before each test)."""
@@ -371,8 +407,7 @@ class Worker:
         self.handles.clear()
         self.modules.clear()
         self.graphs.clear()
-        if "parts" in sys.modules:
-            sys.modules["parts"].install(self.ns, [], self.callback)
+        _HELPERS["parts"].install(self.ns, [], self.callback)
         return None
 
     def op_flush(self, req):
@@ -416,8 +451,8 @@ class Worker:
         if op is None:
             return {"error": {"type": "ProtocolError", "mro": [], "message": "unknown op", "traceback": ""}}
         try:
-            with torch.no_grad() if req.get("no_grad", True) and req["op"] not in ("train", "backward", "part",
-                                                                                   "part_backward") else _null():
+            with torch.no_grad() if req.get("no_grad", True) and req["op"] not in (
+                    "train", "backward", "part", "part_backward", "gradients") else _null():
                 return {"ok": op(req)}
         except BaseException as e:  # noqa: BLE001 - the learner's exception is data here
             return {"error": _error(e)}
@@ -428,6 +463,8 @@ def _device_of(req):
     import torch
 
     wanted = str(req.get("device") or "cpu")
+    if wanted == "meta":                  # no data: shapes and dtypes only, wherever the worker runs
+        return torch.device("meta")
     return torch.device(wanted if DEVICE != "cpu" and wanted.startswith("cuda") else "cpu")
 
 
@@ -440,8 +477,6 @@ class _null:
 
 
 def main():
-    import types
-
     from protocol import ProtocolError, read_message, write_message
 
     proto_in, proto_out = os.dup(0), os.dup(1)
@@ -455,29 +490,53 @@ def main():
             __import__(name)
         except Exception:  # noqa: BLE001 - in the grading log; the drawing that needs it says it could not be made
             traceback.print_exc()
+    for name in ("calls", "parts", "guard"):
+        _helper(name)
+    if "tracer" in sys.modules:
+        _helper("tracer")
+    guard = _HELPERS["guard"]
     _bind_device()
     write_message(proto_out, {"waiting": True})
     try:
         request = read_message(proto_in, max_header=FROM_GRADER)
         cells = request["cells"]
         ops = LIBRARY_OPS if request.get("refuse") is None else tuple(str(o) for o in request["refuse"])
-    except (EOFError, ProtocolError, KeyError, TypeError):
+        # the policy compiled into the cells (None: the grader's own probe, run as it is)
+        policy = guard.Policy(request["policy"]) if request.get("policy") is not None else None
+        env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}      # the exercise's (its suite's)
+        instruments = [str(i) for i in request.get("instruments") or ()]
+    except (EOFError, ProtocolError, KeyError, TypeError, ValueError, AttributeError):
         return
+    os.environ.update(env)
+    for instrument in instruments:                 # the course's instruments, in place before learner code runs
+        module, _, function = instrument.partition(".")
+        if module in HELPERS:
+            getattr(_helper(module), function)()
     kept, refused = refuse_library(ops) if COURSE not in sys.argv[1:] else ([], [])   # kept alive while it runs
+    if policy is not None:
+        policy.prepare()
+    # The learner's cells run in a module of their own, which `import __main__` would give them (the policy refuses
+    # it): nothing of this file's (the refusals, the buffers) is reachable from theirs by a name, and each cell is
+    # compiled with the policy's guards (guard.compile_cell) before any of them runs.
+    learner = guard.learner_module(policy)
+    ns = learner.__dict__
+    compiled = guard.compile_cells(cells, guarded=policy is not None)
+    for name in HELPERS:
+        sys.modules.pop(name, None)
+    sys.modules["__main__"] = learner
     # Learner code may print to stderr: from here on it goes to /dev/null, what came before (import
     # errors of the worker itself) stays in the grading log.
     os.dup2(devnull, 2)
-    # The learner's cells run in a module of their own, which `import __main__` gives them: nothing of this file's
-    # (the refusals, the buffers) is reachable from theirs by a name.
-    learner = types.ModuleType("__main__")
-    learner.__dict__["__builtins__"] = __builtins__
-    sys.modules["__main__"] = learner
-    ns = learner.__dict__
     cell_errors = []
-    for cell in cells:
+    for cell, code, error in compiled:
         write_message(proto_out, {"loading": cell["id"]})
+        # the cell's source where inspect finds it (tracebacks show its lines; Triton's @triton.jit reads it)
+        linecache.cache[f"<cell {cell['id']}>"] = (len(cell["source"]), None, cell["source"].splitlines(True),
+                                                   f"<cell {cell['id']}>")
         try:
-            exec(compile(cell["source"], f"<cell {cell['id']}>", "exec"), ns)
+            if error is not None:
+                raise error
+            exec(code, ns)
         except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt too: record and go on
             cell_errors.append({"cell": cell["id"], **_error(e)})
     worker = Worker(ns, lambda msg: write_message(proto_out, msg),

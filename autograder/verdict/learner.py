@@ -24,7 +24,7 @@ from autograder import config
 from autograder.inside.protocol import ProtocolError, read_frame, write_message
 from autograder.sandbox.box import Limits, Sandbox, SandboxUnavailable, kill_tree
 from autograder.sandbox.forkserver import Forked
-from autograder.verdict import context, measure
+from autograder.verdict import context, measure, policy
 from autograder.verdict.record import GraderFault
 
 MAX_CALLS = 2000           # calls of the learner's code kept for a failed check's replay (autograder.verdict.known)
@@ -83,11 +83,25 @@ class LearnerError(Exception):
 class Learner:
     def __init__(self, cells: list[dict], limits: Limits | None = None, call_timeout: float | None = None,
                  settings: config.Settings | None = None, role: str = "learner", preload: tuple[str, ...] = (),
-                 refuse: tuple[str, ...] | None = None):
+                 refuse: tuple[str, ...] | None = None, library: str | None = None, guarded: bool = True,
+                 grading: context.Context | None = None):
         self.settings = settings or config.current()
+        # The grading this worker serves (its deadline, its seed, what it notes and counts): given, or this process's
+        # (a suite process grades one learner: autograder.verdict.context).
+        self.grading = grading or context.current()
         self.role = role
         self.preload = tuple(preload)             # modules the worker imports before it waits (worker.py)
         self.refuse = refuse                      # the library operators its worker refuses (None: worker.py's own)
+        # the exercise's library versions (its suite's LIBRARY), refused while its code runs; course code may use them
+        self.library = library if role == "learner" else None
+        # the cells compiled with the policy's guards (autograder.inside.guard); not for the grader's own probes only
+        self.guarded = guarded
+        # what the exercise's suite declares its workers need: modules its code may use beyond the course's
+        # (ALLOWED_MODULES), environment variables (WORKER_ENV) and the course's instruments installed before learner
+        # code runs (WORKER_INSTRUMENTS: autograder.inside.kernels.count_bytes)
+        self.modules: tuple[str, ...] = ()
+        self.env: dict[str, str] = {}
+        self.instruments: tuple[str, ...] = ()
         self.cells = cells
         self.limits = limits or Limits.of(self.settings, wall_s=self.settings.learner_budget)
         self.call_timeout = call_timeout or self.settings.call_timeout
@@ -103,7 +117,7 @@ class Learner:
         self.broken_cells: dict[str, str] = {}   # cell id -> why loading it ended the process
         self.broken_calls: dict[str, str] = {}   # call -> why it ended or hung the process before
         self.deaths = 0
-        self.deadline = context.current().deadline     # the end of the learner's time budget, as time.time()
+        self.deadline = self.grading.deadline     # the end of the learner's time budget, as time.time()
         self.parts: list[str] = []                # names bound to the course's parts (autograder.inside.parts)
         self.held_at_start = 0                    # bytes its sandbox held before any learner code ran (cgroup)
         self.gpu_at_start: int | None = None      # GPU bytes the worker held before any learner code ran (driver)
@@ -132,7 +146,7 @@ class Learner:
             self.sandbox = Sandbox(self.limits)
         except (SandboxUnavailable, OSError) as e:
             raise GraderFault(f"the sandbox could not be set up: {e}") from None
-        context.current().notes.update(f"missing protection: {p}" for p in self.sandbox.missing())
+        self.grading.notes.update(f"missing protection: {p}" for p in self.sandbox.missing())
         with open(self.sandbox.dir / "worker.stderr", "wb") as err:   # until learner code runs (see worker.py)
             course = [] if self.role == "learner" else ["--course"]     # course code: the library is not refused
             self.proc = self.sandbox.spawn([self.sandbox.inside(self.sandbox.files / "worker.py"), *self.preload,
@@ -176,7 +190,11 @@ class Learner:
             try:
                 write_message(self.proc.stdin.fileno(),
                               {"cells": [c for c in self.cells if c["id"] not in self.broken_cells],
-                               "refuse": None if self.refuse is None else list(self.refuse)})
+                               "refuse": None if self.refuse is None else list(self.refuse),
+                               "policy": None if not self.guarded else policy.runtime(
+                                   self.library or policy.COURSE_LIBRARY if self.role == "learner" else None,
+                                   self.modules),
+                               "env": self.env, "instruments": list(self.instruments)})
             except OSError as e:           # it ended before it read them: no learner code has run
                 self._die()
                 raise GraderFault(f"the grader's worker ended before it received your cells ({e})") from None
@@ -201,7 +219,7 @@ class Learner:
                 self.start_failure = "your notebook's code interfered with the grader while it was being loaded"
                 continue
             self.ready = msg
-            context.current().starts.append([self.role, round(time.monotonic() - started, 3)])
+            self.grading.starts.append([self.role, round(time.monotonic() - started, 3)])
             if self.parts:
                 self.request({"op": "use_parts", "names": self.parts}, what="(the course's parts)")
             return
@@ -255,8 +273,7 @@ class Learner:
         try:
             message, size = read_frame(self.proc.stdout.fileno(), time.monotonic() + timeout,
                                        max_payload=self.settings.max_frame_bytes)
-            grading = context.current()
-            grading.largest_frame = max(grading.largest_frame, size)
+            self.grading.largest_frame = max(self.grading.largest_frame, size)
             return message
         except TimeoutError:
             self._log_stderr(during)
@@ -338,9 +355,23 @@ class Learner:
             raise WorkerDied("your code interfered with the grader's messages")
         if "error" in resp:
             err = resp["error"] if isinstance(resp["error"], dict) else {}
+            message = str(err.get("message", ""))[:2000]
+            if err.get("type") == "NameError":
+                message += self.failed_cells()
+            if err.get("refused"):              # a library version of the exercise, refused where it was called
+                self.grading.refused.append(str(err["refused"])[:200])
             raise LearnerError(str(err.get("type"))[:100], [str(c)[:100] for c in list(err.get("mro", []))[:50]],
-                               str(err.get("message", ""))[:2000], str(err.get("traceback", ""))[:4000])
+                               message, str(err.get("traceback", ""))[:4000])
         return resp
+
+    def failed_cells(self) -> str:
+        """What stopped the learner's cells when the worker ran them, said beside a name they did not define."""
+        errors = [e for e in (self.ready.get("cell_errors") or []) if isinstance(e, dict)][:3]
+        if not errors:
+            return ""
+        said = "; ".join(f"cell {str(e.get('cell'))[:60]} stopped with {str(e.get('type'))[:60]}: "
+                         f"{str(e.get('message'))[:300]}" for e in errors)
+        return f" (when the grader ran your notebook's code: {said})"
 
     @contextlib.contextmanager
     def course_parts(self, names: list[str], server: Learner):
@@ -418,15 +449,21 @@ class Learner:
         call.__name__ = name
         return call
 
-    def twice(self, name: str, *args, handle: int | None = None, made: dict | None = None, **kwargs) -> dict:
+    def twice(self, name: str, *args, handle: int | None = None, made: dict | None = None, family: str | None = None,
+              last_rows: int | None = None, **kwargs) -> dict:
         """Call `name` (or a module handle's forward) twice in one request, each call on its own copies of the
-        arguments, with autograd off and then on: {"first", "second", "args_after": [after the first, the second]}.
-        `made`: how the module of `handle` was made (ctor, ctor_kwargs, state)."""
+        arguments, with autograd off and then on: {"first", "second", "args_after": [after the first, the second]};
+        or as one `family` of checks calls it (autograder.inside.calls.call_family). `made`: how the module of
+        `handle` was made (ctor, ctor_kwargs, state)."""
         req: dict[str, Any] = {"op": "call_twice", "name": name, "args": list(args), "kwargs": kwargs}
         if handle is not None:
             req["handle"] = handle
+        if family is not None:
+            req["family"] = family
+        if last_rows:
+            req["last_rows"] = int(last_rows)
         position = self.record({"part": name, "args": args, "kwargs": kwargs, "twice": True, "handle": handle,
-                                **(made or {})})
+                                "family": family, "last_rows": last_rows, **(made or {})})
         with self.marking_errors(position):
             ok = self.request(req, what=f"{name}()")["ok"]
         if not isinstance(ok, dict):
@@ -436,6 +473,15 @@ class Learner:
         if position >= 0 and "answer" in self.calls[position]:
             self.calls[position]["answer"] = ok
         return ok
+
+    def gradients(self, name: str, *args, grads: list, handle: int | None = None, **kwargs) -> dict:
+        """The gradients of a call of `name` (or a module handle's forward) with respect to its floating arguments and
+        parameters, for the output gradients `grads` (autograder.inside.calls.gradients)."""
+        req: dict[str, Any] = {"op": "gradients", "name": name, "args": list(args), "kwargs": kwargs, "grads": grads}
+        if handle is not None:
+            req["handle"] = handle
+        ok = self.request(req, what=f"{name}() with autograd")["ok"]
+        return ok if isinstance(ok, dict) else {}
 
     def new(self, name: str, *args, **kwargs) -> ModuleProxy:
         resp = self.request({"op": "new", "name": name, "args": list(args), "kwargs": kwargs},
@@ -466,8 +512,13 @@ class ModuleProxy:
                                         "args": list(args), "kwargs": kwargs}, what=f"{self.name}.forward()")["ok"]
         return self.learner.mark(out, position)
 
-    def twice(self, *args, **kwargs) -> dict:
-        return self.learner.twice(self.name, *args, handle=self.handle, made=self.made(), **kwargs)
+    def twice(self, *args, family: str | None = None, last_rows: int | None = None, **kwargs) -> dict:
+        return self.learner.twice(self.name, *args, handle=self.handle, made=self.made(), family=family,
+                                  last_rows=last_rows, **kwargs)
+
+    def gradients(self, *args, grads: list, **kwargs) -> dict:
+        """autograder.inside.calls.gradients of this module's forward."""
+        return self.learner.gradients(self.name, *args, grads=grads, handle=self.handle, **kwargs)
 
     def state_dict(self) -> dict:
         return self.learner.request({"op": "state_dict", "handle": self.handle}, what=f"{self.name}.state_dict()")["ok"]

@@ -1,20 +1,22 @@
-"""What a learner's code reaches, read from its source in the trusted process (Python's `ast`), against an
-allow-list.
+"""What a learner's code reaches, read from its source in the trusted process (Python's `ast`), against the course's
+library policy (autograder.verdict.policy): the learner's explanation, and the first of two lines.
 
-A runtime watcher inside the learner's process cannot be sound: the learner's code can undo it. The source can be
-read from outside, so library use is decided here, proven or flagged:
+The second line is the policy enforced while the code runs (autograder.inside.guard): every attribute, import and
+builtin of the learner's cells goes through a guard, whatever name the code computes. The reading adds what running
+cannot see: a route to a library version on a path the tests never take.
 
 - **Proven**: a name the reading resolves (imports, `from ... import`, plain aliases, `getattr(module, "constant")`)
   to a library version of what the exercise asks for (its suite's LIBRARY): the graded part that reaches it scores 0.
-- **Flagged** for the instructor (nbgrader's needs_manual_grade, with what and where): a resolved reference outside
-  what a course's code needs (ALLOWED), and what a reading cannot settle (a lookup by a name built while the code
-  runs, `vars`, `eval`, reflection through dunder attributes, a module passed around as a value, ...).
+- **Flagged** for the instructor (nbgrader's needs_manual_grade, with what and where), in a graded part's own code:
+  a resolved reference the policy does not allow, and what a reading cannot settle (a lookup by a name built while
+  the code runs, `vars`, `eval`, reflection through dunder attributes, a module passed around as a value, ...).
+- **Noted**: the same in code that runs when its cell runs (module level, a self-check, a plot): no graded part's use,
+  and refused at once where it runs if the policy does not allow it.
 - Strings are data: a type hint, a dict key, a message are nothing to read.
 
 A finding belongs to the code that reaches it: a graded part is charged with its body's findings and those of every
-function and class it names, transitively; code that runs when its cell runs is no graded function's use. The
-reading is linear in the size of the code and stops at a deadline. docs/how-it-works.md ("Proven", "Flagged") says
-more.
+function and class it names, transitively. The reading is linear in the size of the code and stops at a deadline.
+docs/how-it-works.md ("Proven", "Flagged") says more.
 """
 from __future__ import annotations
 
@@ -26,33 +28,17 @@ import time
 import types
 from dataclasses import dataclass, field
 
-# The modules a course's code may use (a path under one of them is allowed unless a part of it is private or DENIED).
-ALLOWED = ("math", "functools", "operator", "itertools", "types", "dataclasses", "typing", "collections", "enum",
-           "abc", "copy", "numbers", "random", "statistics", "time", "warnings", "numpy",
-           "torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.nn.utils", "torch.nn.parameter",
-           "torch.linalg", "torch.fft", "torch.special", "torch.autograd", "torch.testing", "torch.cuda",
-           "torch.random", "torch.distributions")
-# Names of allowed modules that look up or make code by a name or an object the reading cannot follow.
-DENIED = ("operator.attrgetter", "operator.methodcaller", "types.FunctionType", "types.CodeType", "types.ModuleType",
-          "types.MethodType", "types.FrameType", "types.LambdaType", "torch.cuda.reset_peak_memory_stats",
-          "torch.cuda.empty_cache", "torch.cuda.memory", "torch.autograd.graph", "torch.autograd.function",
-          "numpy.ctypeslib", "typing.get_type_hints")
+from autograder.inside.guard import DUNDERS
+from autograder.verdict import policy
+from autograder.verdict.policy import COURSE_LIBRARY
+
 # Builtins that run code, look names up, or reach the process: never a course's need.
 DENIED_BUILTINS = {"eval", "exec", "compile", "__import__", "globals", "locals", "vars", "dir", "open", "breakpoint",
                    "input", "help", "exit", "quit", "delattr", "memoryview", "__build_class__"}
-# Dunder attributes honest code uses (constructors, names, operators); any other reaches an object's internals.
-DUNDERS = {"__init__", "__name__", "__qualname__", "__doc__", "__class__", "__len__", "__call__", "__repr__",
-           "__str__", "__iter__", "__next__", "__enter__", "__exit__", "__getitem__", "__setitem__", "__contains__",
-           "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__version__",
-           "__add__", "__sub__", "__mul__", "__matmul__", "__truediv__", "__floordiv__", "__mod__", "__pow__",
-           "__neg__", "__pos__", "__abs__", "__radd__", "__rsub__", "__rmul__", "__rtruediv__", "__rmatmul__",
-           "__and__", "__or__", "__xor__", "__invert__", "__float__", "__int__", "__index__", "__annotations__"}
 SELF = ("self", "cls")
 # What the notebooks name as the library versions of their parts.
 EXAMPLES = ("F.scaled_dot_product_attention", "nn.MultiheadAttention", "F.layer_norm", "nn.LayerNorm",
             "nn.TransformerEncoderLayer")
-# Every exercise's library versions, when a reading is not told one exercise's (the suites declare their own).
-COURSE_LIBRARY = r"(?i)(attention|multihead|multi_head|(layer|group|instance|batch|rms)_?norm|transformer)"
 DEADLINE_S = 10.0             # a reading that takes longer flags every part: too large to read
 
 
@@ -188,19 +174,13 @@ def _module_like(path: str) -> bool:
     return result
 
 
-def allowed(path: str) -> bool:
-    """Whether a course's code may use `path`: under an allowed module, with no private part and nothing DENIED."""
+def allowed(path: str, modules: tuple[str, ...] = ()) -> bool:
+    """Whether a course's code may use `path` (autograder.verdict.policy; a dunder of DUNDERS is a name, no part);
+    `modules`: those the exercise allows beyond the course's."""
     parts = path.split(".")
-    if any(p.startswith("_") and not (p.startswith("__") and p.endswith("__") and p in DUNDERS) for p in parts):
+    if any(p.startswith("_") and p not in DUNDERS for p in parts):
         return False
-    if any(path == d or path.startswith(d + ".") for d in DENIED):
-        return False
-    for i in range(len(parts), 0, -1):
-        prefix = ".".join(parts[:i])
-        if prefix in ALLOWED:
-            return i == len(parts) or not _module_like(".".join(parts[:i + 1])) or \
-                ".".join(parts[:i + 1]) in ALLOWED
-    return False
+    return policy.allowed(".".join(p for p in parts if not p.startswith("__")), modules)
 
 
 def _parents(tree: ast.AST) -> dict:
@@ -262,8 +242,9 @@ def _units(cell: str, tree: ast.Module) -> list[_Unit]:
 
 
 class _Reader:
-    def __init__(self, aliases: _Aliases, library: re.Pattern, defined: set[str], tick):
+    def __init__(self, aliases: _Aliases, library: re.Pattern, defined: set[str], tick, modules: tuple[str, ...] = ()):
         self.aliases, self.library, self.defined, self.tick = aliases, library, defined, tick
+        self.modules = modules
 
     def banned(self, path: str) -> str | None:
         """The path up to its first part that is a library version of this exercise (None: no part is)."""
@@ -329,7 +310,7 @@ class _Reader:
             return
         if (banned := self.banned(path)) is not None:
             unit.library.append(Finding(unit.cell, line, banned))
-        elif not allowed(path):
+        elif not allowed(path, self.modules):
             flag(node, f"uses {path}, outside the modules this course's code uses")
         elif _module_like(path) and _module_as_value(node, parent, self.aliases.class_level):
             flag(node, f"uses the module {path} as a value")
@@ -358,9 +339,10 @@ class _Reader:
 
 
 def analyse(cells: list[dict], graded: set[str], library: str | None = None,
-            deadline_s: float = DEADLINE_S) -> Report:
+            deadline_s: float = DEADLINE_S, modules: tuple[str, ...] = ()) -> Report:
     """What each graded part reaches, read from the learner's `cells` ({"id", "source"}, setup cells included):
-    `graded` are the contract names graded on their own; `library` the exercise's pattern of library versions."""
+    `graded` are the contract names graded on their own; `library` the exercise's pattern of library versions;
+    `modules` those the exercise allows beyond the course's (its suite's ALLOWED_MODULES)."""
     deadline = time.monotonic() + deadline_s
     count = [0]
 
@@ -380,7 +362,7 @@ def analyse(cells: list[dict], graded: set[str], library: str | None = None,
         aliases = _Aliases(list(trees.values()), tick)
         units = [u for cid, tree in trees.items() for u in _units(cid, tree)]
         defined = {u.name for u in units if u.name}
-        reader = _Reader(aliases, re.compile(library or COURSE_LIBRARY), defined, tick)
+        reader = _Reader(aliases, re.compile(library or COURSE_LIBRARY), defined, tick, tuple(modules))
         for unit in units:
             reader.read(unit)
     except (TooLarge, RecursionError, MemoryError):
@@ -405,14 +387,18 @@ def analyse(cells: list[dict], graded: set[str], library: str | None = None,
                     stack.append(v)
         return out
 
-    running = reach([u for u in units if u.name is None])          # what runs when the cells run
-    everywhere = _once([f for u in running for f in u.flags])
+    # What runs when the cells run (module level, class bodies, what they call) is no graded part's use: the worker
+    # runs it under the policy's guards (autograder.inside.guard), which refuse at once what the policy does not
+    # allow. Its findings are notes for the parts of its cell (every part's, for a cell that defines none).
+    running = reach([u for u in units if u.name is None])
+    homes = {by_name[p].cell for p in graded if p in by_name}
     for part in graded:
         home = by_name.get(part)
         own = reach([home]) if home is not None else []
         report.library[part] = _once([f for u in own for f in u.library])
-        report.suspicious[part] = _once([f for u in own for f in u.flags] + everywhere)
-        report.notes[part] = _once([f for u in running if u.cell == part for f in u.library])
+        report.suspicious[part] = _once([f for u in own for f in u.flags])
+        report.notes[part] = _once([f for u in running for f in (*u.library, *u.flags)
+                                    if f.cell == (home.cell if home else part) or f.cell not in homes])
     report.steps = count[0]
     return report
 

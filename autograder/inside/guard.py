@@ -1,0 +1,712 @@
+"""The course's library policy, enforced while a learner's code runs (RestrictedPython's model).
+
+A learner's cells are rewritten before they run (`compile_cell`): every attribute read, write and deletion goes
+through a guard, every import through an allow-list, and the builtins they see are the course's (`Policy.builtins`):
+no `eval`, `exec`, `compile`, `open`, `globals`, `vars`, and `getattr`, `setattr`, `delattr`, `hasattr` guarded. So
+a name computed while the code runs meets the same policy as a name written in the source:
+
+- no attribute of a frame, code object or traceback, no generator's or coroutine's frame (`gi_frame`, `f_back`,
+  `f_builtins`, ... whatever the object), no underscore attribute of an object the learner's code did not make, no
+  dunder attribute beyond the constructor's, names' and operators' (`DUNDERS`);
+- no module outside the allowed ones (`Policy.modules`), reached by an import or as an attribute; no object the policy
+  denies (the exercise's library versions, evaluators such as `typing.get_type_hints`, loaders such as `numpy.load`),
+  whatever route reached it: a denied one raises `RefusedError`, which the trusted side reads as data;
+- no write into a module, a class or a function the learner's code did not make (torch.backends' switches aside), and
+  no class with a protocol attribute that hands numpy raw memory (`__array_interface__`).
+
+The rewriting keeps line numbers, so a traceback names the learner's lines. This file is copied into the sandbox; it
+imports nothing of the course, and the worker removes it from `sys.modules` before learner code runs.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import enum
+import keyword
+import operator
+import re
+import sys
+import types
+import weakref
+
+PREFIX = "__g_"           # the names the rewriting adds (`__g_attr__`, ...); learner code that names one is refused
+REFUSED = "the library version of an exercise was called"
+
+# Attributes of the interpreter's insides, refused on any object (RestrictedPython's INSPECT_ATTRIBUTES and more).
+INSPECT = frozenset({
+    "f_back", "f_builtins", "f_code", "f_globals", "f_locals", "f_lasti", "f_lineno", "f_trace", "f_trace_lines",
+    "f_trace_opcodes", "gi_frame", "gi_code", "gi_yieldfrom", "gi_running", "gi_suspended", "cr_frame", "cr_code",
+    "cr_await", "cr_origin", "cr_running", "cr_suspended", "ag_frame", "ag_code", "ag_await", "ag_running",
+    "tb_frame", "tb_next", "tb_lasti", "tb_lineno", "co_code", "co_consts", "co_names", "co_varnames",
+    "co_cellvars", "co_freevars", "co_filename", "co_lnotab", "co_linetable", "co_exceptiontable"})
+INSIDES = (types.FrameType, types.CodeType, types.TracebackType)
+# Dunder attributes honest code reads (constructors, names, operators); any other reaches an object's internals.
+DUNDERS = frozenset({
+    "__init__", "__name__", "__qualname__", "__doc__", "__class__", "__len__", "__call__", "__repr__", "__str__",
+    "__iter__", "__next__", "__enter__", "__exit__", "__getitem__", "__setitem__", "__contains__", "__eq__", "__ne__",
+    "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__version__", "__add__", "__sub__", "__mul__",
+    "__matmul__", "__truediv__", "__floordiv__", "__mod__", "__pow__", "__neg__", "__pos__", "__abs__", "__radd__",
+    "__rsub__", "__rmul__", "__rtruediv__", "__rmatmul__", "__and__", "__or__", "__xor__", "__invert__",
+    "__float__", "__int__", "__index__", "__annotations__", "__module__"})
+# Dunder names a learner's code may use as names (a module's own name, a class's cell for super()).
+NAMES = frozenset({"__name__", "__doc__", "__class__", "__debug__", "__annotations__", "__qualname__", "__module__",
+                   "__slots__", "__all__"}) | DUNDERS
+# Class attributes through which numpy and torch read raw memory: no class of the learner's may define them.
+RAW_MEMORY = frozenset({"__array_interface__", "__array_struct__", "__cuda_array_interface__"})
+# Dunder methods no class of the learner's may define: the state `copy` restores without the guards (it sets the
+# attributes a reduction names on the object it makes), and the hook that answers every attribute read. (A class's
+# `__getattr__` is kept, but never answers the names of RAW_MEMORY: Policy._own_class.)
+CLASS_REFUSED = RAW_MEMORY | {"__reduce__", "__reduce_ex__", "__getstate__", "__getattribute__"}
+# Builtins a course's code never needs: each refuses with its name.
+REFUSED_BUILTINS = ("eval", "exec", "compile", "open", "globals", "locals", "vars", "breakpoint", "input", "help",
+                    "exit", "quit", "memoryview", "__import__", "__loader__", "__spec__", "id")
+
+
+class RefusedError(RuntimeError):
+    """What the policy refuses: a library version of the exercise (`what` names it: REFUSED in the message) or, as a
+    PolicyError, a reach into the interpreter's or the grader's insides."""
+
+    def __init__(self, message: str, what: str = ""):
+        super().__init__(message)
+        self.what = what
+
+
+def refuse_library(what: str):
+    """A library version of the exercise was reached: it fails, naming itself (the trusted side scores 0 the part
+    whose test met it, from the error's `what`)."""
+    raise RefusedError(f"{REFUSED} ({what}): write this part yourself", what)
+
+
+class PolicyError(RefusedError):
+    """A reach the policy refuses that is not a library version: into the interpreter, the grader, or a module
+    outside the allowed ones."""
+
+
+def _refuse(what: str):
+    raise PolicyError(f"{what} is not allowed in the course's code (the grader enforces its library policy while "
+                      "your code runs)")
+
+
+class Policy:
+    """What learner code may reach, from the request's plain data: {"modules": allowed module names, a package
+    allowing what is under it; "denied": dotted names of modules and objects refused; "library": the exercise's
+    pattern of library versions, refused in torch's namespaces; "writable": dotted names of module attributes code
+    may set}."""
+
+    def __init__(self, data: dict | None):
+        data = data or {}
+        self.modules = tuple(str(m) for m in data.get("modules", ()))
+        self.denied_names = tuple(str(d) for d in data.get("denied", ()))
+        self.library = re.compile(str(data["library"])) if data.get("library") else None
+        self.writable = frozenset(str(w) for w in data.get("writable", ()))
+        # classes whose instances read and write the attributes of an object the caller chose (found by name, as the
+        # denied objects are): learner code reads and writes no attribute of theirs
+        self.proxies: tuple[type, ...] = ()
+        # id -> (an object of an allowed module that reaches past the guards, what learner code gets instead)
+        self.substitutes: dict[int, tuple[object, object]] = {}
+        # id -> (the object, kept alive; its name; whether it is a library version of the exercise)
+        self.denied: dict[int, tuple[object, str, bool]] = {}
+        self.module_ok: dict[str, bool] = {}
+        self.pending = list(self.denied_names)              # denied names whose module is not imported yet
+        self.pending_proxies = [str(p) for p in data.get("proxies", ())]
+        self.seen_modules = 0                               # len(sys.modules) when the pending names were last looked up
+        self.owned: weakref.WeakSet = weakref.WeakSet()     # the classes the learner's code made
+        self.ns: dict = {}
+        self.type_ = _guarded_type(self)                     # `type` as learner code sees it
+    # -- what is denied, found once before learner code runs -------------------------------------------------
+    def prepare(self):
+        """Resolve the denied names of the modules imported so far, and the exercise's library versions, to the
+        objects they name (a module imported later resolves its own when it is imported: `module`)."""
+        import dataclasses
+        import functools
+        import importlib
+        import sys
+
+        for original, substitute in ((functools.update_wrapper, self.update_wrapper), (functools.wraps, self.wraps),
+                                     (dataclasses.dataclass, self.dataclass)):
+            self.substitutes[id(original)] = (original, substitute)
+        self.resolve_denied()
+        if self.library is not None and "torch" in sys.modules:
+            torch = sys.modules["torch"]
+            spaces = [("torch", torch), ("torch.nn", torch.nn), ("torch.nn.functional", torch.nn.functional),
+                      ("torch.Tensor", torch.Tensor), ("torch.special", torch.special), ("torch.linalg", torch.linalg)]
+            for mod in list(sys.modules):
+                if mod.startswith("torch.nn.modules.") and mod.count(".") == 3:
+                    spaces.append((mod, importlib.import_module(mod)))
+            for where, space in spaces:
+                for attr in dir(space):
+                    if attr.startswith("_") or not self.library.search(attr):
+                        continue
+                    try:
+                        obj = getattr(space, attr)
+                    except Exception:  # noqa: BLE001 - a lazy attribute that cannot load is nothing to refuse
+                        continue
+                    if callable(obj) and not isinstance(obj, types.ModuleType):
+                        self.denied[id(obj)] = (obj, f"{where}.{attr}", True)
+
+    def resolve_denied(self):
+        """The denied names of the modules imported by now, as objects (without importing anything)."""
+        pending = []
+        for name in self.pending:
+            found, obj = _lookup(name)
+            if not found:
+                pending.append(name)
+            elif obj is not None and not isinstance(obj, types.ModuleType):
+                self.denied[id(obj)] = (obj, name, False)
+        self.pending = pending
+        proxies = []
+        for name in self.pending_proxies:
+            found, obj = _lookup(name)
+            if not found:
+                proxies.append(name)
+            elif isinstance(obj, type):
+                self.proxies += (obj,)
+        self.pending_proxies = proxies
+
+    def allowed_module(self, name: str) -> bool:
+        ok = self.module_ok.get(name)
+        if ok is None:
+            parts = name.split(".")
+            allow, deny = _longest(name, self.modules), _longest(name, self.denied_names)
+            ok = (not any(p.startswith("_") or p == "tests" for p in parts) and allow >= 0 and allow > deny
+                  and not (self.library is not None and parts[0] == "torch"
+                           and any(self.library.search(p) for p in parts[1:])))
+            self.module_ok[name] = ok
+        return ok
+
+    def owns(self, obj) -> bool:
+        """Whether the learner's code made `obj`: a class of its own, an instance of one, a function of its own."""
+        try:
+            if isinstance(obj, type):
+                return obj in self.owned
+            if type(obj) in self.owned:
+                return True
+            return type(obj) is types.FunctionType and obj.__globals__ is self.ns
+        except TypeError:                     # not weakly referenceable: not a class the learner's code made
+            return False
+
+    def checked(self, value, what: str):
+        """`value` as learner code may hold it: an allowed module, or anything the policy does not deny."""
+        if isinstance(value, types.ModuleType):
+            name = getattr(value, "__name__", None)
+            if type(name) is not str or not self.allowed_module(name):
+                _refuse(f"the module {name}")
+            if (self.pending or self.pending_proxies) and len(sys.modules) != self.seen_modules:
+                self.seen_modules = len(sys.modules)        # a module imported since: its denied names too
+                self.resolve_denied()
+            return value
+        if isinstance(value, type) and (issubclass(value, type) or type(value) is not type):
+            if value is type:
+                return self.type_
+            if value is types.SimpleNamespace:
+                return _Namespace
+            if issubclass(value, type) and not self.owns(value) and value is not _Namespace:
+                _refuse(f"the metaclass {getattr(value, '__name__', '?')}")     # it makes classes of any namespace
+            if isinstance(value, enum.EnumMeta):
+                _refuse(f"the enumeration {getattr(value, '__name__', '?')}")   # its functional API does too
+        elif value is types.SimpleNamespace:
+            return _Namespace
+        hit = self.denied.get(id(value))
+        if hit is not None and hit[0] is value:
+            if hit[2]:
+                refuse_library(hit[1])
+            _refuse(hit[1])
+        sub = self.substitutes.get(id(value))
+        if sub is not None and sub[0] is value:
+            return sub[1]
+        if self.proxies and isinstance(value, self.proxies):
+            _refuse(f"a {type(value).__name__}, which reads and writes another object's attributes")
+        return value
+
+    def library_name(self, obj, name: str) -> None:
+        """A name of the exercise's library versions read from one of torch's modules or classes (wherever it lives:
+        torch.ao's copies too) is the library version, whatever object it names."""
+        if self.library is None or not self.library.search(name):
+            return
+        if isinstance(obj, types.ModuleType):
+            where = module = vars(obj).get("__name__")
+        elif isinstance(obj, type):
+            module = vars(obj).get("__module__")
+            where = f"{module}.{type.__dict__['__qualname__'].__get__(obj)}"
+        else:
+            return
+        if type(module) is str and module.split(".")[0] == "torch":
+            refuse_library(f"{where}.{name}")
+
+    # -- the guards ------------------------------------------------------------------------------------------
+    def readable(self, obj, name) -> None:
+        if type(name) is not str:
+            raise TypeError("attribute name must be a string")
+        if name in INSPECT or isinstance(obj, INSIDES):
+            _refuse(f"the attribute {name}")
+        if self.proxies and isinstance(obj, self.proxies):
+            _refuse(f"the attribute {name} of a {type(obj).__name__}, which reads another object's attributes")
+        if name[:1] == "_":
+            if name[:2] == "__" and name[-2:] == "__":
+                if name not in DUNDERS:
+                    _refuse(f"the attribute {name}")
+            elif not self.owns(obj):
+                _refuse(f"the private attribute {name} of a {type(obj).__name__}")
+
+    def getattr(self, obj, name, *default):
+        self.readable(obj, name)
+        self.library_name(obj, name)
+        return self.checked(getattr(obj, name, *default), name)
+
+    def hasattr(self, obj, name) -> bool:
+        try:
+            self.getattr(obj, name)
+        except AttributeError:
+            return False
+        return True
+
+    def writable_on(self, obj, name) -> None:
+        if type(name) is not str:
+            raise TypeError("attribute name must be a string")
+        if name in INSPECT or (name[:2] == "__" and name[-2:] == "__"):
+            _refuse(f"setting the attribute {name}")
+        if self.proxies and isinstance(obj, self.proxies):
+            _refuse(f"setting the attribute {name} of a {type(obj).__name__}, which sets another object's attributes")
+        if self.owns(obj):
+            return
+        if name[:1] == "_":
+            _refuse(f"setting the private attribute {name} of a {type(obj).__name__}")
+        if isinstance(obj, types.ModuleType):
+            if f"{getattr(obj, '__name__', '')}.{name}" not in self.writable:
+                _refuse(f"setting {name} in the module {getattr(obj, '__name__', '?')}")
+            return
+        if isinstance(obj, (type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)):
+            _refuse(f"setting {name} on {getattr(obj, '__name__', type(obj).__name__)}, which your code did not make")
+
+    def setattr(self, obj, name, value):
+        self.writable_on(obj, name)
+        setattr(obj, name, value)
+
+    def delattr(self, obj, name):
+        self.writable_on(obj, name)
+        delattr(obj, name)
+
+    def module(self, name):
+        """`import name` (the module itself; the rewriting binds its top package where Python would)."""
+        import importlib
+
+        if type(name) is not str or not self.allowed_module(name):
+            _refuse(f"importing {name}")
+        mod = importlib.import_module(name)
+        return self.checked(mod, name)
+
+    def top(self, name):
+        """`import a.b.c` binds `a`."""
+        self.module(name)
+        return self.module(name.partition(".")[0])
+
+    def names(self, module: str, names: tuple):
+        """`from module import a, b`: each as an attribute read, or a submodule's import."""
+        mod = self.module(module)
+        out = []
+        for n in names:
+            self.readable(mod, n)
+            self.library_name(mod, n)
+            try:
+                value = getattr(mod, n)
+            except AttributeError:
+                value = self.module(f"{module}.{n}")
+            out.append(self.checked(value, n))
+        return tuple(out)
+
+    def build_class(self, func, name, *bases, **kw):
+        cls = builtins.__build_class__(func, name, *bases, **kw)
+        self._own_class(cls)
+        return cls
+
+    def _own_class(self, cls):
+        raw = CLASS_REFUSED.intersection(vars(cls))
+        if raw:
+            _refuse(f"a class attribute {sorted(raw)[0]}")
+        if "__getattr__" in vars(cls):                 # numpy asks an object for RAW_MEMORY: never this hook
+            type.__setattr__(cls, "__getattr__", _without_raw_memory(vars(cls)["__getattr__"]))
+        self.owned.add(cls)
+
+    # -- what learner code gets for functools' wrappers and dataclasses.dataclass -----------------------------------
+    def update_wrapper(self, wrapper, wrapped, assigned=None, updated=None):
+        """functools.update_wrapper as learner code gets it: onto an object of its own, the attributes functools copies
+        by default (readable anyway) and the public names of `wrapped`'s namespace (another object's attributes named
+        by the caller, or its private names, would be read past the guards)."""
+        import functools
+
+        assigned = functools.WRAPPER_ASSIGNMENTS if assigned is None else tuple(assigned)
+        updated = functools.WRAPPER_UPDATES if updated is None else tuple(updated)
+        if not all(type(a) is str and a in functools.WRAPPER_ASSIGNMENTS for a in assigned) or not all(
+                type(u) is str and u in functools.WRAPPER_UPDATES for u in updated):
+            _refuse("functools.update_wrapper with attributes of your choice")
+        if not self.owns(wrapper):
+            _refuse(f"functools.update_wrapper onto a {type(wrapper).__name__} your code did not make")
+        out = functools.update_wrapper(wrapper, wrapped, assigned, ())
+        space = getattr(wrapped, "__dict__", None) if updated else None
+        if isinstance(space, (dict, types.MappingProxyType)):
+            mine = getattr(wrapper, "__dict__", None)
+            if type(mine) is dict:
+                mine.update({k: v for k, v in space.items() if type(k) is str and k[:1] != "_"})
+        return out
+
+    def wraps(self, wrapped, assigned=None, updated=None):
+        import functools
+
+        return functools.partial(self.update_wrapper, wrapped=wrapped, assigned=assigned, updated=updated)
+
+    def dataclass(self, cls=None, /, **kwargs):
+        """dataclasses.dataclass as learner code gets it: for a class of its own, whose fields have plain names
+        (dataclasses writes each name into the code of the methods it compiles, and sets it on every instance)."""
+        import dataclasses
+
+        def wrap(c):
+            if not self.owns(c) or not isinstance(c, type):
+                _refuse(f"dataclasses.dataclass on {getattr(c, '__name__', type(c).__name__)}, which your code did "
+                        "not make")
+            names = vars(c).get("__annotations__", {})
+            odd = [k for k in names if type(k) is not str or not k.isidentifier() or keyword.iskeyword(k)
+                   or (k[:2] == "__" and k[-2:] == "__")]
+            if odd:
+                _refuse(f"a dataclass field named {odd[0]!r}")
+            made = dataclasses.dataclass(c, **kwargs)
+            if made is not c:                          # a class made anew (slots=True): made by the learner's code
+                self._own_class(made)
+            return made
+
+        return wrap if cls is None else wrap(cls)
+
+    def type(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs:
+            return self.checked(type(args[0]), "type")
+        if len(args) == 3 and isinstance(args[2], dict):
+            odd = [k for k in args[2] if type(k) is not str or (k[:2] == "__" and k not in NAMES and k not in DUNDERS)]
+            if odd:
+                _refuse(f"a class attribute {odd[0]!r}")
+        cls = type(*args, **kwargs)
+        self._own_class(cls)
+        return cls
+
+    # -- the names learner code is given ---------------------------------------------------------------------
+    def builtins(self, run_cell) -> dict:
+        """The builtins of the learner's module: Python's, with the guards in place of what reaches past the policy.
+        `run_cell(source)`: runs a cell's code, for the IPython magics that run one (`%%time`, `%%capture`)."""
+        safe = {k: v for k, v in vars(builtins).items() if k not in REFUSED_BUILTINS and not k.startswith("__")}
+
+        def refused(name):
+            def refuse(*args, **kwargs):
+                _refuse(f"{name}()")
+            refuse.__name__ = refuse.__qualname__ = name
+            return refuse
+
+        safe.update({name: refused(name) for name in REFUSED_BUILTINS if not name.startswith("__")})
+        safe.update({"getattr": self.getattr, "setattr": self.setattr, "delattr": self.delattr,
+                     "hasattr": self.hasattr, "type": self.type_, "__build_class__": self.build_class,
+                     # what C code that runs in a learner's frame imports with (PyImport_Import reads the frame's
+                     # builtins): no name of learner code reaches it, as the rewriting refuses `__import__`
+                     "__import__": builtins.__import__, "__name__": "builtins",
+                     "get_ipython": lambda: _IPython(run_cell),
+                     f"{PREFIX}attr__": self.getattr, f"{PREFIX}set__": self.setattr, f"{PREFIX}del__": self.delattr,
+                     f"{PREFIX}module__": self.module, f"{PREFIX}top__": self.top, f"{PREFIX}names__": self.names,
+                     f"{PREFIX}inplace__": _inplace})
+        return safe
+
+
+def _without_raw_memory(hook):
+    """A class's `__getattr__` that never answers the names through which numpy reads raw memory."""
+    def __getattr__(self, name):
+        if name in RAW_MEMORY:
+            raise AttributeError(name)
+        bound = hook.__get__(self, type(self)) if hasattr(type(hook), "__get__") else hook
+        return bound(name)
+
+    return __getattr__
+
+
+class _Namespace(types.SimpleNamespace):
+    """types.SimpleNamespace as learner code gets it: its attributes are set as by the guards (no dunder names)."""
+
+    def __init__(self, mapping=(), /, **kwargs):
+        given = {**dict(mapping), **kwargs}
+        odd = [k for k in given if type(k) is not str or k[:2] == "__"]
+        if odd:
+            _refuse(f"a namespace attribute {odd[0]!r}")
+        super().__init__(**given)
+
+
+_Namespace.__name__ = _Namespace.__qualname__ = "SimpleNamespace"
+
+
+def _guarded_type(policy: Policy):
+    """`type` as learner code sees it: `type(x)` is x's class, `isinstance(c, type)` holds for every class, and a class
+    made by `type(name, bases, namespace)` meets the policy's checks (Policy.type)."""
+
+    class _Meta(type):
+        def __instancecheck__(cls, obj):
+            return isinstance(obj, type)
+
+        def __subclasscheck__(cls, sub):
+            return issubclass(sub, type)
+
+    class guarded(type, metaclass=_Meta):
+        def __new__(cls, *args, **kwargs):
+            return policy.type(*args, **kwargs)
+
+    guarded.__name__ = guarded.__qualname__ = "type"
+    return guarded
+
+
+class _IPython:
+    """What `get_ipython()` gives a cell that IPython's input transformer rewrote (a `%magic` line): magics are the
+    notebook's conveniences, not the graded code, so they do nothing here; `%%time` and `%%capture` run their cell's
+    code once, as Jupyter does."""
+
+    def __init__(self, run_cell):
+        self._run_cell = run_cell
+
+    def run_line_magic(self, magic, line, *args, **kwargs):
+        if magic == "time":
+            self._run_cell(line)
+        return None
+
+    def run_cell_magic(self, magic, line, cell):
+        if magic in ("time", "capture"):
+            self._run_cell(cell)
+        return None
+
+    def system(self, *args, **kwargs):
+        return None
+
+    getoutput = system
+
+
+_INPLACE = {ast.Add: operator.iadd, ast.Sub: operator.isub, ast.Mult: operator.imul, ast.MatMult: operator.imatmul,
+            ast.Div: operator.itruediv, ast.FloorDiv: operator.ifloordiv, ast.Mod: operator.imod,
+            ast.Pow: operator.ipow, ast.LShift: operator.ilshift, ast.RShift: operator.irshift,
+            ast.BitOr: operator.ior, ast.BitXor: operator.ixor, ast.BitAnd: operator.iand}
+_INPLACE_BY_NAME = {op.__name__: fn for op, fn in _INPLACE.items()}
+
+
+def _inplace(op: str, a, b):
+    return _INPLACE_BY_NAME[op](a, b)
+
+
+def _longest(path: str, entries) -> int:
+    """The length of the longest entry that `path` is or is under (-1: none): the longer of an allowed and a denied
+    entry decides (autograder.verdict.policy)."""
+    return max((len(e) for e in entries if path == e or path.startswith(e + ".")), default=-1)
+
+
+def _lookup(dotted: str) -> tuple[bool, object]:
+    """(whether the module `dotted` lives in is imported, the object it names there or None), importing nothing."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        obj = sys.modules.get(".".join(parts[:i]))
+        if obj is None:
+            continue
+        for p in parts[i:]:              # a module's own names only: its lazy ones (torch.onnx) are modules
+            if isinstance(obj, types.ModuleType):
+                obj = vars(obj).get(p)
+                if obj is None:          # a submodule not imported yet (numpy.testing): looked up when it is
+                    return False, None
+            else:
+                obj = getattr(obj, p, None)
+            if obj is None:
+                break
+        return True, obj
+    return False, None
+
+
+# -- the rewriting ----------------------------------------------------------------------------------------------
+class CellRefused(SyntaxError):
+    """A cell the rewriting refuses (a name or a construct the policy does not allow); the cell does not run."""
+
+
+def _call(name: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(func=ast.Name(id=f"{PREFIX}{name}__", ctx=ast.Load()), args=list(args), keywords=[])
+
+
+def _const(v) -> ast.Constant:
+    return ast.Constant(value=v)
+
+
+class _Rewrite(ast.NodeTransformer):
+    """Attribute reads, writes and deletions through the guards; imports through the allow-list."""
+
+    def __init__(self):
+        self.temps = 0
+
+    def temp(self) -> str:
+        self.temps += 1
+        return f"{PREFIX}t{self.temps}__"
+
+    def refuse(self, node, what: str):
+        raise CellRefused(f"{what} is not allowed in the course's code", ("<cell>", getattr(node, "lineno", 1),
+                                                                            getattr(node, "col_offset", 0), ""))
+
+    def visit_Name(self, node: ast.Name):
+        if node.id.startswith(PREFIX) or (node.id[:2] == "__" and node.id[-2:] == "__" and node.id not in NAMES):
+            self.refuse(node, f"the name {node.id}")
+        return node
+
+    def visit_Attribute(self, node: ast.Attribute):
+        self.generic_visit(node)
+        if not isinstance(node.ctx, ast.Load):        # a target the statements below did not rewrite
+            self.refuse(node, f"assigning to the attribute {node.attr} there")
+        return ast.copy_location(_call("attr", node.value, _const(node.attr)), node)
+
+    # -- targets ---------------------------------------------------------------------------------------------
+    def _targets(self, target, after: list) -> ast.expr:
+        """`target` with each attribute in it replaced by a temporary name; `after` gets the guarded writes."""
+        if isinstance(target, ast.Attribute):
+            name = self.temp()
+            obj = self.visit(target.value)
+            after.append(ast.Expr(_call("set", obj, _const(target.attr), ast.Name(id=name, ctx=ast.Load()))))
+            return ast.Name(id=name, ctx=ast.Store())
+        if isinstance(target, (ast.Tuple, ast.List)):
+            target.elts = [self._targets(e, after) for e in target.elts]
+            return target
+        if isinstance(target, ast.Starred):
+            target.value = self._targets(target.value, after)
+            return target
+        return self.visit(target)
+
+    def _assigning(self, node, targets: list):
+        after: list = []
+        new = [self._targets(t, after) for t in targets]
+        return new, after
+
+    def visit_Assign(self, node: ast.Assign):
+        node.value = self.visit(node.value)
+        node.targets, after = self._assigning(node, node.targets)
+        return [node, *after] if after else node
+
+    def visit_AnnAssign(self, node: ast.AnnAssign):
+        if isinstance(node.target, ast.Attribute):
+            obj = self.visit(node.target.value)
+            value = self.visit(node.value) if node.value is not None else None
+            if value is None:
+                return ast.copy_location(ast.Expr(self.visit(node.annotation)), node)
+            return ast.copy_location(ast.Expr(_call("set", obj, _const(node.target.attr), value)), node)
+        return self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign):
+        if not isinstance(node.target, ast.Attribute):
+            return self.generic_visit(node)
+        obj, name = self.temp(), node.target.attr
+        hold = ast.Assign(targets=[ast.Name(id=obj, ctx=ast.Store())], value=self.visit(node.target.value))
+        current = _call("attr", ast.Name(id=obj, ctx=ast.Load()), _const(name))
+        new = _call("inplace", _const(type(node.op).__name__), current, self.visit(node.value))
+        write = ast.Expr(_call("set", ast.Name(id=obj, ctx=ast.Load()), _const(name), new))
+        return [ast.copy_location(hold, node), ast.copy_location(write, node)]
+
+    def visit_Delete(self, node: ast.Delete):
+        out: list = []
+        for t in node.targets:
+            if isinstance(t, ast.Attribute):
+                out.append(ast.copy_location(ast.Expr(_call("del", self.visit(t.value), _const(t.attr))), node))
+            else:
+                out.append(ast.copy_location(ast.Delete(targets=[self.visit(t)]), node))
+        return out
+
+    def _loop(self, node):
+        after: list = []
+        node.target = self._targets(node.target, after)
+        node.iter = self.visit(node.iter)
+        node.body = [*after, *self._body(node.body)]
+        node.orelse = self._body(node.orelse)
+        return node
+
+    def _body(self, stmts: list) -> list:
+        out: list = []
+        for s in stmts:
+            r = self.visit(s)
+            out.extend(r if isinstance(r, list) else [r])
+        return out
+
+    def visit_For(self, node):
+        return self._loop(node)
+
+    def visit_AsyncFor(self, node):
+        return self._loop(node)
+
+    def visit_withitem(self, node: ast.withitem):
+        if node.optional_vars is not None and any(isinstance(n, ast.Attribute) for n in ast.walk(node.optional_vars)):
+            self.refuse(node.context_expr, "an attribute as the target of `with ... as`")
+        return self.generic_visit(node)
+
+    def visit_comprehension(self, node: ast.comprehension):
+        if any(isinstance(n, ast.Attribute) for n in ast.walk(node.target)):
+            self.refuse(node.iter, "an attribute as the target of a comprehension")
+        return self.generic_visit(node)
+
+    def visit_MatchClass(self, node: ast.MatchClass):
+        if node.kwd_attrs or node.patterns:
+            self.refuse(node, "a class pattern with attributes in `match`")
+        return self.generic_visit(node)
+
+    # -- imports ---------------------------------------------------------------------------------------------
+    def visit_Import(self, node: ast.Import):
+        out = []
+        for a in node.names:
+            if a.asname:
+                value, name = _call("module", _const(a.name)), a.asname
+            else:
+                value, name = _call("top", _const(a.name)), a.name.partition(".")[0]
+            out.append(ast.copy_location(ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())], value=value), node))
+        return out
+
+    def visit_ImportFrom(self, node: ast.ImportFrom):
+        if node.level or not node.module:
+            self.refuse(node, "a relative import")
+        if any(a.name == "*" for a in node.names):
+            self.refuse(node, f"`from {node.module} import *`")
+        targets = ast.Tuple(elts=[ast.Name(id=a.asname or a.name, ctx=ast.Store()) for a in node.names],
+                            ctx=ast.Store())
+        value = _call("names", _const(node.module), ast.Tuple(elts=[_const(a.name) for a in node.names],
+                                                               ctx=ast.Load()))
+        return ast.copy_location(ast.Assign(targets=[targets], value=value), node)
+
+
+def compile_cell(source: str, filename: str):
+    """The cell's code, rewritten so that the policy holds while it runs (CellRefused, a SyntaxError, when the cell
+    names what the policy refuses or holds a construct it does not rewrite)."""
+    tree = ast.parse(source, filename)
+    try:
+        tree = _Rewrite().visit(tree)
+    except CellRefused as e:
+        e.filename = filename
+        raise
+    ast.fix_missing_locations(tree)
+    return compile(tree, filename, "exec", dont_inherit=True)
+
+
+def learner_module(policy: Policy | None) -> types.ModuleType:
+    """The module a learner's cells run in (named `__main__`, as in Jupyter), with the policy's builtins (Python's
+    own without a policy: the grader's own probes, which the trusted side alone can ask for)."""
+    module = types.ModuleType("__main__")
+    ns = module.__dict__
+    if policy is None:
+        ns["__builtins__"] = builtins
+        return module
+    policy.ns = ns
+
+    def run_cell(source: str):
+        """A cell's code that an IPython cell magic runs (`%%time`), compiled as the cells are."""
+        exec(compile_cell(str(source), "<cell magic>"), ns)
+
+    ns["__builtins__"] = policy.builtins(run_cell)
+    return module
+
+
+def compile_cells(cells: list[dict], guarded: bool = True) -> list[tuple[dict, object, BaseException | None]]:
+    """Each cell ({"id", "source"}) compiled with the guards (or, not `guarded`, as it is), before any of them runs:
+    (cell, code, None), or (cell, None, why it does not compile)."""
+    out: list[tuple[dict, object, BaseException | None]] = []
+    for cell in cells:
+        name = f"<cell {cell['id']}>"
+        try:
+            out.append((cell, compile_cell(cell["source"], name) if guarded
+                        else compile(cell["source"], name, "exec", dont_inherit=True), None))
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+            out.append((cell, None, e))
+    return out
