@@ -21,12 +21,13 @@ TIERS = {
 # `browser` fixture is in the browser tier wherever it is; one that needs the book built (the `site` fixture: its
 # pages' experiments run from scratch on a clean clone, 6 minutes of one core) is in the full tier.
 FILE_TIERS = {
-    "quick": ["test_channel.py", "test_house.py", "test_static.py", "test_timing.py", "test_gpu.py", "test_sandbox.py",
-              "test_contract.py", "test_labextension.py", "test_book.py"],
+    "quick": ["test_channel.py", "test_guard.py", "test_house.py", "test_record.py", "test_static.py", "test_timing.py",
+              "test_gpu.py", "test_sandbox.py", "test_contract.py", "test_labextension.py", "test_book.py",
+              "test_bounded.py"],
     "nbgrader": ["test_class.py", "test_exercises.py", "test_export.py", "test_faults.py", "test_feedback.py",
                  "test_forkserver.py", "test_grading.py", "test_graph.py", "test_hub.py", "test_instructor_guide.py",
-                 "test_mutation.py", "test_pooling.py", "test_release.py", "test_scaffold.py", "test_service.py",
-                 "test_variants.py"],
+                 "test_mutation.py", "test_nbgrader_commands.py", "test_pooling.py", "test_release.py",
+                 "test_scaffold.py", "test_service.py", "test_service_stop.py", "test_variants.py"],
     "full": ["test_redteam.py", "test_trust.py", "test_site.py"],
 }
 _TIER_OF = {name: tier for tier, names in FILE_TIERS.items() for name in names}

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import nbformat
 
 from autograder import config, notebooks
-from autograder.notebooks import CHECK_CELL, is_graded_test, nbgrader_meta
+from autograder.notebooks import CHECK_CELL, COURSE_TAG, is_graded_test, nbgrader_meta
 from autograder.verdict import hidden
 from autograder.verdict.static import EXAMPLES
 from autograder.verdict.suites import checks
@@ -39,6 +39,7 @@ class HiddenTest:
     weight: float
     doc: str
     calls: dict          # name of a called function -> its ast.Call, for the ones the criteria quote
+    gpu: bool = False    # graded only where the grading's device is a GPU (the suites' `gpu` mark)
 
 
 def _calls(fn: ast.FunctionDef) -> dict:
@@ -71,7 +72,8 @@ def hidden_tests(assignment: str) -> list[HiddenTest]:
         marks = {m.name: m.args[0] for m in getattr(fn, "pytestmark", []) if m.args}
         doc = (fn.__doc__ or "").strip().splitlines()
         tests.append(HiddenTest(name, marks.get("cell"), float(marks.get("weight", 1)), doc[0] if doc else name,
-                                _calls(defs[name])))
+                                _calls(defs[name]) if name in defs else {},
+                                any(m.name == "gpu" for m in getattr(fn, "pytestmark", []))))
     return tests
 
 
@@ -107,6 +109,8 @@ def sentence(test: HiddenTest, mod) -> str:
         text += (f"; at Lq = Lk = {mod.MEMORY_SEQ_LEN}, one call may add at most {cpu * mod.MEMORY_FRACTION:g} "
                  f"MiB, {mod.MEMORY_FRACTION:g} of the {cpu:g} MiB float32 score matrix (graded on a GPU: q, k, v "
                  f"of shape {tuple(mod.MEMORY_GPU_SHAPE)}, at most {gpu * mod.MEMORY_FRACTION:g} MiB of GPU memory)")
+    if test.gpu:
+        text += " (graded without a GPU, this check is not run and the others share its points)"
     return text
 
 
@@ -130,16 +134,73 @@ def graded_comment(assignment: str, grade_id: str, points: float) -> str:
     for t in tests:
         lines += _comment(sentence(t, mod), indent=f"{points * t.weight / total:4.2f}  ")
     lines += _comment(f"Using torch's own version of a part, by any route ({_library_names()}, ...), gives this "
-                      "part 0 points. Your code may use math, functools, operator, itertools, types, dataclasses, "
-                      "typing, collections, numpy and torch's public modules. If this part's code, or a function it "
-                      "calls, reaches anything else or what the grader cannot tell by reading it (a name built while "
-                      "it runs, as in `getattr(torch, name)`; `eval`, `exec`, `vars`, `dir`; torch's internals such "
-                      "as `torch._C` or `torch.ops`; `sys`, `gc`, `inspect`, `__main__`), it is still tested, but this "
-                      "part is marked for your instructor, who reads your code and decides its points. Code that "
-                      "only runs when the cell runs (a self-check) is not the part's own: a library call there "
-                      "costs nothing. Plain code is never marked.")
+                      "part 0 points: the grader refuses it where your code runs. What else your code may use, and "
+                      "what every part promises, is said at the top of the notebook (\"What every part promises\").")
     lines += _comment("Your score and what to fix appear here in your feedback.")
     return "\n".join(lines)
+
+
+PROMISES_CELL = "promises"        # the cell id of the release's promises of every part, after the introduction
+
+
+def promises_source(assignment: str) -> str:
+    """What every part of the exercise promises, from its suite's contract (autograder.verdict.suites.families, which
+    check each promise on every part), and the library policy the grader enforces while the code runs."""
+    from autograder.verdict import policy
+    from autograder.verdict.suites.families import applies
+
+    contract = getattr(suite(assignment), "CONTRACT", {})
+
+    def parts(family: str) -> list[str]:
+        return [f"`{n}`" for n, p in contract.items() if applies(p, None, family)]
+
+    def listed(names: list[str]) -> str:
+        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+    items = []
+    if parts("strided"):
+        items.append(f"A tensor argument may be a view that is not contiguous in memory, a slice or a transposed "
+                     f"tensor ({listed(parts('strided'))}): where you reshape an argument, use `reshape`, not `view`.")
+    items.append("Every result is a new tensor: a caller who changes it in place changes no argument and no later "
+                 "result (no cache that hands out the same tensor twice, never an argument itself).")
+    functions = [n for n in parts("meta") if n not in parts("float64")]
+    if functions:
+        items.append(f"A result is made on its arguments' device ({listed(functions)}): the tests also call with "
+                     "tensors on `\"meta\"`, which hold no data, so make new tensors with `device=x.device` (or "
+                     "`torch.zeros_like`, `x.new_zeros`).")
+    low = [f"`{n}`" for n, p in contract.items() if p.promises.low_precision]
+    if low:
+        one = len(low) == 1
+        items.append(f"{listed(low)} also take{'s' if one else ''} float16 and bfloat16 arguments, and "
+                     f"answer{'s' if one else ''} in their dtype at its precision (compute in float32 where the "
+                     "float16 steps would lose too much).")
+    if parts("gradients"):
+        items.append(f"Gradients reach every floating argument and every parameter ({listed(parts('gradients'))}): "
+                     "no `.detach()`, `.data` or `torch.no_grad()` on the way from an input to an output.")
+    if parts("float64"):
+        items.append(f"A module ({listed(parts('float64'))}) moves every tensor it uses with `.to(torch.float64)` and "
+                     "`.to(\"meta\")` (keep constant tensors in buffers, `register_buffer`), answers the same when "
+                     "made anew and given its `state_dict()`, and answers the same in `train()` as in `eval()`: no "
+                     "dropout.")
+    items.append("Edge sizes count: one position, one key, one head, a width of 1, and long sequences.")
+    allowed = [m for m in (*policy.ALLOWED, *getattr(suite(assignment), "ALLOWED_MODULES", ()))
+               if "." not in m or m.startswith(("torch.", "IPython."))]
+    return "\n".join([
+        "## What every part promises",
+        "",
+        "Besides what each part below asks, the hidden tests hold every part to these, on inputs drawn when your "
+        "notebook is graded:",
+        "",
+        *[f"- {item}" for item in items],
+        "",
+        "**What your code may use.** " + ", ".join(f"`{m}`" for m in allowed) + " (and their public modules), but "
+        "not torch's own version of a part you are asked to write, nor what reaches past the notebook: files "
+        "(`open`), other processes (`os`, `sys`), code built from strings (`eval`, `exec`), the interpreter's "
+        "insides (frames, `__globals__`, `torch._C`, `torch.ops`). The grader refuses these where your code runs, "
+        "whatever name it computes; a self-check or a plot at the end of a cell is fine (a library call there "
+        "stops only that cell's last lines when graded). Cells you add run when your notebook is graded only if "
+        "they define something your answers use (a helper function, a constant), and `%magics` cost nothing.",
+    ])
 
 
 def training_settings(assignment: str) -> dict[str, str]:
@@ -180,7 +241,20 @@ def render(assignment: str, nb=None):
         cell = nbformat.v4.new_code_cell("")
         cell["id"] = CHECK_CELL
         nb.cells.insert(at + 1, cell)
+    if not any(c.get("id") == PROMISES_CELL for c in nb.cells):
+        at = next(i for i, c in enumerate(nb.cells) if nbgrader_meta(c).get("grade_id") == "intro")
+        cell = nbformat.v4.new_markdown_cell("")
+        cell["id"] = PROMISES_CELL
+        cell.metadata["nbgrader"] = {"grade": False, "grade_id": PROMISES_CELL, "locked": True, "schema_version": 3,
+                                     "solution": False, "task": False}
+        nb.cells.insert(at + 1, cell)
     for cell in nb.cells:
+        if cell.get("id") == PROMISES_CELL:
+            cell.source = promises_source(assignment)
+        if cell.get("id") in (CHECK_CELL, TRAINING_CELL):      # the course's plain cells: never the learner's code
+            tags = cell.metadata.setdefault("tags", [])
+            if COURSE_TAG not in tags:
+                tags.append(COURSE_TAG)
         if cell.get("id") == CHECK_CELL:
             cell.source = check_cell_source(assignment)
         meta = nbgrader_meta(cell)
@@ -195,7 +269,8 @@ def stale(assignment: str) -> list[str]:
     """The grade_ids of the cells whose source differs from what `render` writes."""
     nb = notebooks.read(notebooks.source_notebook(assignment))
     return [nbgrader_meta(old).get("grade_id") or old.get("id") for old, new in
-            zip(nb.cells, render(assignment, nb).cells) if old.source != new.source]
+            zip(nb.cells, render(assignment, nb).cells)
+            if old.source != new.source or old.metadata.get("tags") != new.metadata.get("tags")]
 
 
 def main():

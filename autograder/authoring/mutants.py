@@ -15,6 +15,12 @@ no iteration). The course's own operators, written against the same interface, m
 
 and two whole-function slips, as text: `LoopExitsEarly` (a `break` at the end of a loop's body) and `CacheBySize` (a
 function or forward that keeps its first answer for inputs of the same sizes, whatever the other arguments).
+
+The learners' own slips (`LEARNER_OPERATORS`), seen in the blind corpus (examples/blind) and not made by edits of
+the classic kind: `ViewForReshape` (`reshape` -> `view`), `Detach` and `Float32` (`.detach()`, `.float()` after a
+step), and whole-function ones, as text: `NoGrad` (the body under `torch.no_grad()`), `LruCache` (a function cached
+by its arguments), `InputAtEdge` (the first argument itself returned when it has one row), `PlainBuffer` (a buffer
+kept as a plain attribute, which `.to()` does not move).
 """
 from __future__ import annotations
 
@@ -262,8 +268,62 @@ def _bounds(node) -> list:
     return [b for b in out if b.type != "number" and not (b.type == "factor" and b.children[1].type == "number")]
 
 
+class ViewForReshape(Operator):
+    """`reshape` written `view`, which fails on an argument that is not contiguous (a learner's slip)."""
+
+    def mutation_positions(self, node):
+        if node.type == "trailer" and node.children[0].value == "." and node.children[1].value == "reshape":
+            yield (node.start_pos, node.end_pos)
+
+    def mutate(self, node, index):
+        return _expr("x.view", "").children[1]
+
+    @classmethod
+    def examples(cls):
+        return (Example("y = x.reshape(B, L, H, dh)\n", "y = x.view(B, L, H, dh)\n"),)
+
+
+class _AfterCall(Operator):
+    """A method call appended to the result of a call of a module's function or of a tensor method."""
+
+    SUFFIX = ""
+
+    def mutation_positions(self, node):
+        if node.type in ("atom_expr", "power") and _call_trailers(node) and _is_call(_call_trailers(node)[-1]) \
+                and node.children[-1].type == "trailer":
+            yield (node.start_pos, node.end_pos)
+
+    def mutate(self, node, index):
+        return _expr(f"({_text(node)}).{self.SUFFIX}()", node.get_first_leaf().prefix)
+
+
+class Detach(_AfterCall):
+    """A step's result detached from autograd's graph (`.detach()`): no gradient reaches what came before."""
+
+    SUFFIX = "detach"
+
+    @classmethod
+    def examples(cls):
+        return (Example("y = torch.relu(h)\n", "y = (torch.relu(h)).detach()\n"),)
+
+
+class Float32(_AfterCall):
+    """A step's result cast to float32 (`.float()`): a float32 intermediate in a float64 or half computation."""
+
+    SUFFIX = "float"
+
+    @classmethod
+    def examples(cls):
+        return (Example("w = torch.softmax(s, -1)\n", "w = (torch.softmax(s, -1)).float()\n"),)
+
+
 COURSE_OPERATORS = {cls.__name__: cls for cls in (DropCall, DropKeyword, SwapArguments, InPlace, SwapDtype,
-                                                   FiniteInfinity, OffByOne)}
+                                                   FiniteInfinity, OffByOne, ViewForReshape, Detach, Float32)}
+# The operators that make the slips learners made in the blind corpus and the red teams' notebooks (examples/blind),
+# which edits of the reference by the classic operators do not make: their mutants show promises the contract does
+# not draw by itself (arguments not contiguous, fresh results, gradients, devices, low precision). The mutation
+# score is reported with and without them.
+LEARNER_OPERATORS = ("ViewForReshape", "Detach", "Float32", "NoGrad", "LruCache", "InputAtEdge", "PlainBuffer")
 # cosmic-ray's operators that make random or meaningless changes here: variables replaced by random numbers, a
 # decorator removed (the parts have none), the operator that changes nothing.
 SKIPPED = ("VariableReplacer", "VariableInserter", "RemoveDecorator", "NoOp")
@@ -321,6 +381,45 @@ def _whole_function_mutants(source: str) -> Iterator[tuple[str, str, int, str, s
                f"{fn.name} keeps its first answer for arguments of the same sizes")
 
 
+def _learner_function_mutants(tree: ast.Module, lines: list[str]) -> Iterator[tuple[str, str, int, str, str]]:
+    """Whole-function slips of learners: a body under torch.no_grad(), a function cached by its arguments
+    (functools.lru_cache), the first argument itself returned at one position, a buffer kept as a plain attribute."""
+    for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+        if fn.name == "__init__" or not fn.args.args:
+            continue
+        first = fn.body[0]
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and len(fn.body) > 1:
+            first = fn.body[1]                                         # after the docstring
+        at, end = first.lineno - 1, fn.body[-1].end_lineno or fn.body[-1].lineno
+        indent = " " * first.col_offset
+        body = ["    " + line if line.strip() else line for line in lines[at:end]]
+        yield ("NoGrad", "".join(lines[:at] + [f"{indent}with torch.no_grad():\n"] + body + lines[end:]),
+               first.lineno, lines[at].strip(), f"with torch.no_grad(): around the body of {fn.name}")
+        top = (fn.decorator_list[0].lineno if fn.decorator_list else fn.lineno) - 1
+        if fn.col_offset == 0:
+            yield ("LruCache", "".join(["import functools\n"] + lines[:top] + ["@functools.lru_cache(maxsize=None)\n"]
+                                       + lines[top:]), fn.lineno, lines[fn.lineno - 1].strip(),
+                   f"@functools.lru_cache on {fn.name}")
+        args = [a.arg for a in fn.args.args if a.arg != "self"]
+        if args:
+            x = args[0]
+            guard = (f"{indent}if getattr({x}, 'dim', lambda: 0)() >= 2 and {x}.shape[-2] == 1:\n"
+                     f"{indent}    return {x}\n")
+            yield ("InputAtEdge", "".join(lines[:at] + [guard] + lines[at:]), first.lineno, lines[at].strip(),
+                   f"{fn.name} returns {x} itself when it has one row")
+    source = "".join(lines)
+    for stmt in (n for n in ast.walk(tree) if isinstance(n, ast.Expr)):
+        call = stmt.value
+        if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "register_buffer"
+                and len(call.args) >= 2 and isinstance(call.args[0], ast.Constant)
+                and isinstance(call.args[0].value, str)):
+            i, end = stmt.lineno - 1, stmt.end_lineno or stmt.lineno
+            name, value = call.args[0].value, ast.get_source_segment(source, call.args[1])
+            pad = " " * stmt.col_offset
+            yield ("PlainBuffer", "".join(lines[:i] + [f"{pad}self.{name} = {value}\n"] + lines[end:]), stmt.lineno,
+                   lines[i].strip(), f"self.{name} = {value} (a plain attribute, not a buffer)")
+
+
 def mutants(cell: str, source: str) -> list[Mutant]:
     """Every mutant of the cell `source` that compiles and differs from it."""
     out: list[Mutant] = []
@@ -339,6 +438,9 @@ def mutants(cell: str, source: str) -> list[Mutant]:
             _keep(out, seen, cell, name, occurrence, source, mutated)
             occurrence += 1
     for i, (name, mutated, line, before, after) in enumerate(_whole_function_mutants(source)):
+        _keep(out, seen, cell, name, i, source, mutated, (line, before, after))
+    lines = source.splitlines(keepends=True)
+    for i, (name, mutated, line, before, after) in enumerate(_learner_function_mutants(ast.parse(source), lines)):
         _keep(out, seen, cell, name, i, source, mutated, (line, before, after))
     return out
 

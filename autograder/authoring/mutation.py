@@ -4,8 +4,9 @@ catches (`make mutation`; results in bench/results/mutation.md).
 1. Mutants: every graded part's reference code with one mechanical change (autograder.authoring.mutants).
 2. The oracle: each mutant is run in this process's fork, on calls drawn over the part's whole contract (the suite's
    `CONTRACT`, autograder.verdict.suites.contract, with many more draws than a grading makes), against the
-   reference. A mutant that meets the contract on every call is equivalent and set aside; one that does not is kept
-   with the first call that shows it (the witness).
+   reference, and through the families of promises every part keeps (autograder.verdict.suites.families: arguments
+   not contiguous, fresh results, "meta", low precision, gradients, a module moved and reloaded). A mutant that meets
+   the contract everywhere is equivalent and set aside; one that does not is kept with what shows it (the witness).
 3. Each non-equivalent mutant is graded by its suite through the real grading engine (autograder.verdict.hidden: a
    sandboxed worker, a trusted suite process), the mutated part's tests only. It is caught when its graded cell
    loses points. The score of a suite is caught / non-equivalent; every survivor is listed with its witness.
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from autograder import ROOT, config
 from autograder.authoring import variants
-from autograder.authoring.mutants import Mutant, mutants
+from autograder.authoring.mutants import LEARNER_OPERATORS, Mutant, mutants
 from autograder.notebooks import TESTS_SUFFIX, graded_cells
 
 ORACLE_S = 120           # one mutant's oracle run, at most
@@ -54,18 +55,21 @@ class Oracle:
         suite = importlib.import_module(f"autograder.verdict.suites.test_{assignment}")
         self.part = suite.CONTRACT[part]
         self.assignment, self.name = assignment, part
-        reference = variants.executed(assignment, {})
+        reference = self.reference = variants.executed(assignment, {})
+        self.seed = seed
         self.calls = [(call, contract.expected_of(self.part, call, reference))
                       for call in contract.drawn_calls(self.part, seed, draws)]
 
     def witness(self, mutant: Mutant) -> str | None:
         """The first drawn call on which `mutant` breaks the contract, said; None: it meets it on every call."""
+        from autograder.verdict.suites import families
+
         ns = variants.executed(self.assignment, {mutant.cell: mutant.source})
         for call, expected in self.calls:
             wrong = expected.judge(call, self.contract.run_here(ns, call, rename=self.part.rename))
             if wrong:
                 return f"{call}: {wrong}"
-        return None
+        return families.witness(self.part, self.reference, ns, self.seed)    # the promises every part keeps
 
     def witness_in_child(self, mutant: Mutant) -> str | None:
         """`witness` in a forked process with a time and memory limit (a mutant may loop or allocate forever)."""
@@ -151,17 +155,27 @@ def report(results: list[dict]) -> str:
              "part's whole contract and set aside the mutants that met it everywhere (equivalent); the others were "
              "graded by the suite through the real grading engine, the part's own tests only. Made by "
              "`make mutation`.", "",
-             "| suite | part | mutants | equivalent | non-equivalent | caught | score |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+             "The learners' operators (`LEARNER_OPERATORS`: `view` for `reshape`, `.detach()`, float32 steps, "
+             "`torch.no_grad()`, `lru_cache`, the input returned at one row, a buffer as a plain attribute) make the "
+             "slips the blind corpus showed; the last columns count their mutants alone.", "",
+             "| suite | part | mutants | equivalent | non-equivalent | caught | score | learners' ops caught | score |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+
+    def score(caught: int, distinct: int) -> str:
+        return f"{100 * caught / distinct:.1f} %" if distinct else "-"
+
     for res in results:
-        total_d = total_c = 0
+        totals = [0, 0, 0, 0]
         for part, p in res["parts"].items():
+            mine = [r for r in p["rows"] if r["witness"] is not None and r["operator"] in LEARNER_OPERATORS]
+            lc = sum(bool(r["caught"]) for r in mine)
             lines.append(f"| {res['assignment']} | {part} | {p['mutants']} | {p['equivalent']} | {p['distinct']} | "
-                         f"{p['caught']} | {100 * p['score']:.1f} % |")
-            total_d, total_c = total_d + p["distinct"], total_c + p["caught"]
-        if total_d:
-            lines.append(f"| **{res['assignment']}** | all | | | {total_d} | {total_c} | "
-                         f"**{100 * total_c / total_d:.1f} %** |")
+                         f"{p['caught']} | {100 * p['score']:.1f} % | {lc} / {len(mine)} | {score(lc, len(mine))} |")
+            totals = [totals[0] + p["distinct"], totals[1] + p["caught"], totals[2] + len(mine), totals[3] + lc]
+        if totals[0]:
+            lines.append(f"| **{res['assignment']}** | all | | | {totals[0]} | {totals[1]} | "
+                         f"**{score(totals[1], totals[0])}** | {totals[3]} / {totals[2]} | "
+                         f"**{score(totals[3], totals[2])}** |")
     lines += ["", "## Survivors", ""]
     survivors = [(res["assignment"], r) for res in results for p in res["parts"].values() for r in p["rows"]
                  if r["witness"] is not None and not r["caught"]]

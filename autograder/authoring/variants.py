@@ -15,7 +15,7 @@ import re
 import nbformat
 
 from autograder import ROOT
-from autograder.notebooks import is_solution, learner_cells, nbgrader_meta, read, source_notebook
+from autograder.notebooks import is_solution, learner_cells, nbgrader_meta, read, run_cell, source_notebook
 from autograder.verdict import known
 from autograder.verdict.known import VARIANTS_DIR, Bug, Correct
 
@@ -73,7 +73,7 @@ def executed(assignment: str, cells: dict[str, str]) -> dict:
     code, a known answer or a mutant: never a learner's)."""
     ns: dict = {"__name__": f"executed_{assignment}"}
     for cell in learner_cells(submission(assignment, cells)):
-        exec(compile(cell["source"], f"<{cell['id']}>", "exec"), ns)
+        run_cell(cell["source"], f"<{cell['id']}>", ns)
     return ns
 
 

@@ -30,15 +30,165 @@ def detached(obj):
     return obj
 
 
-def call_twice(f, args, kwargs) -> dict:
-    """{"first", "second", "args_after": [[...], [...]]}: `f` called on fresh copies of `args`, autograd off, then on
-    other fresh copies, autograd on."""
+def call_twice(f, args, kwargs, layout=None, last_rows: int | None = None) -> dict:
+    """{"first", "second", "args_after": [[...], [...]]}: `f` called on fresh copies of `args` and `kwargs`, autograd
+    off, then on other fresh copies, autograd on (each copy laid out in memory by `layout`, when given); the arguments
+    as each call left them, the keyword arguments after the positional ones, in their order. With `last_rows`, each
+    output as its last rows only (`tail`: an answer too large to send whole, read where its precision is tested)."""
     import torch
 
     outs, after = [], []
     for grad in (False, True):
-        copies = [fresh(a, grad) for a in args]
-        with torch.set_grad_enabled(grad):
-            outs.append(detached(f(*copies, **kwargs)))
-        after.append([detached(a) for a in copies])
+        with torch.set_grad_enabled(grad):          # the copies too: made as the call's own inputs would be
+            copies = [fresh(a, grad) for a in args]
+            named = {k: fresh(v, grad) for k, v in kwargs.items()}
+            if layout is not None:
+                copies, named = [layout(a) for a in copies], {k: layout(v) for k, v in named.items()}
+            out = detached(f(*copies, **named))
+        outs.append(tail(out, last_rows) if last_rows else out)
+        after.append([detached(a) for a in (*copies, *named.values())])
     return {"first": outs[0], "second": outs[1], "args_after": after}
+
+
+def tail(out, rows: int):
+    """Each tensor of `out` (in tuples too) as its last `rows` rows (its dimension -2), copied."""
+    import torch
+
+    if isinstance(out, (tuple, list)):
+        return type(out)(tail(o, rows) for o in out)
+    if isinstance(out, torch.Tensor) and out.dim() >= 2:
+        return out[..., -rows:, :].clone()
+    return out
+
+
+# -- the families: promises every part keeps, checked the same way on every part (autograder.verdict.suites.families)
+FAMILIES = ("strided", "changed", "float64", "meta", "train")
+
+
+def strided(a):
+    """`a` with the same values in memory that is not contiguous, as a caller's view of a transposed tensor or a slice
+    is: the last two dimensions transposed in memory, or every other element of a wider tensor (a 1-D one)."""
+    import torch
+
+    if not isinstance(a, torch.Tensor) or a.dim() == 0 or a.numel() < 2 or a.device.type == "meta":
+        return a
+    if a.dim() >= 2 and a.shape[-1] > 1 and a.shape[-2] > 1:
+        out = a.transpose(-1, -2).contiguous().transpose(-1, -2)
+    else:
+        wide = torch.zeros(*a.shape[:-1], 2 * a.shape[-1], dtype=a.dtype, device=a.device)
+        wide[..., ::2] = a
+        out = wide[..., ::2]
+    return out.requires_grad_(a.requires_grad) if out.is_leaf and a.requires_grad else out
+
+
+def _change(out):
+    """Change a result in place, as a caller may (the tensors of a tuple too); one that cannot be written in place (an
+    expanded view) is left as it is: no caller can change it."""
+    import torch
+
+    for t in out if isinstance(out, (tuple, list)) else [out]:
+        if not isinstance(t, torch.Tensor) or t.device.type == "meta" or not t.numel():
+            continue
+        try:
+            if t.dtype == torch.bool:
+                t.logical_not_()
+            else:
+                t.add_(1)
+        except RuntimeError:
+            pass
+
+
+def _to(a, where):
+    import torch
+
+    if not isinstance(a, torch.Tensor):
+        return a
+    if where == "meta":
+        return a.to("meta")
+    return a.to(where) if a.is_floating_point() else a
+
+
+def call_family(f, args, kwargs, family: str, last_rows: int | None = None) -> dict:
+    """`f` called as one family of checks calls it, with its answer as `call_twice` gives it (first, second,
+    args_after): "strided" on arguments that are not contiguous; "changed" a second time after the caller changed the
+    first call's result in place (the first call's arguments as that left them); "meta" on arguments on the "meta"
+    device (a module after `.to("meta")`; one call); and for a module, "float64" after `.to(torch.float64)` on
+    float64 arguments, "train" in training mode (the two calls must agree: no dropout)."""
+    import torch
+
+    if family == "strided":
+        return call_twice(f, args, kwargs, layout=strided, last_rows=last_rows)
+    if family == "changed":
+        with torch.no_grad():
+            first_args, first_named = [fresh(a, False) for a in args], {k: fresh(v, False) for k, v in kwargs.items()}
+            _change(f(*first_args, **first_named))
+            second_args, named = [fresh(a, False) for a in args], {k: fresh(v, False) for k, v in kwargs.items()}
+            second = detached(f(*second_args, **named))
+        second = tail(second, last_rows) if last_rows else second
+        return {"first": second, "second": second,
+                "args_after": [[detached(a) for a in (*first_args, *first_named.values())],
+                               [detached(a) for a in (*second_args, *named.values())]]}
+    if family == "meta":
+        if isinstance(f, torch.nn.Module):
+            f.to("meta")
+        with torch.no_grad():
+            out = detached(f(*(_to(a, "meta") for a in args), **{k: _to(v, "meta") for k, v in kwargs.items()}))
+        out = tail(out, last_rows) if last_rows else out
+        kept = [detached(a) for a in (*args, *kwargs.values())]
+        return {"first": out, "second": out, "args_after": [kept, kept]}
+    if not isinstance(f, torch.nn.Module):
+        raise TypeError(f"the family {family} is for modules")
+    if family == "float64":
+        f.to(torch.float64)
+        return call_twice(f, [_to(a, torch.float64) for a in args],
+                          {k: _to(v, torch.float64) for k, v in kwargs.items()}, last_rows=last_rows)
+    if family == "train":
+        f.train()
+        try:
+            return call_twice(f, args, kwargs, last_rows=last_rows)
+        finally:
+            f.eval()
+    raise ValueError(f"unknown family {family}")
+
+
+def gradients(f, args, kwargs, grads: list, double: bool = True) -> dict:
+    """The gradients of sum_i <output_i, grads_i> (the floating outputs, in order) with respect to every floating
+    argument and, for a module, every parameter: {"first": the outputs, "args": [a gradient or None per argument],
+    "params": {name: gradient or None}}. None: no gradient reached it. With `double`, a module computes in float64
+    (`.to(torch.float64)`) on float64 arguments."""
+    import torch
+
+    if double:
+        if isinstance(f, torch.nn.Module):
+            f.to(torch.float64)
+        args = [_to(a, torch.float64) for a in args]
+        kwargs = {k: _to(v, torch.float64) for k, v in kwargs.items()}
+
+    leaves = [a.detach().clone().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point()
+              else a for a in args]
+    params = dict(f.named_parameters()) if isinstance(f, torch.nn.Module) else {}
+    for p in params.values():
+        p.grad = None
+    with torch.enable_grad():
+        out = f(*leaves, **kwargs)
+        outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
+                if isinstance(o, torch.Tensor) and o.is_floating_point()]
+        pairs = [(o, g.to(o.dtype)) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
+        wanted = [a for a in leaves if isinstance(a, torch.Tensor) and a.requires_grad] + list(params.values())
+        got = torch.autograd.grad([o for o, _ in pairs], wanted, [g for _, g in pairs], allow_unused=True) \
+            if pairs and wanted else [None] * len(wanted)
+    it = iter(got)
+    arg_grads = [next(it) if isinstance(a, torch.Tensor) and a.requires_grad else None for a in leaves]
+    param_grads = {name: next(it) for name in params}
+    return {"first": detached(out), "args": [detached(g) for g in arg_grads],
+            "params": {k: detached(v) for k, v in param_grads.items()}}
+
+
+def first_line(message: str) -> str:
+    return str(message).strip().split("\n", 1)[0][:300]
+
+
+def raised(e: BaseException) -> dict:
+    """An exception as an answer: its type, its classes and its message's first line (two answers raised the same
+    exception when all three agree: the same type alone is no evidence of the same mistake)."""
+    return {"raised": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__], "message": first_line(str(e))}

@@ -96,6 +96,38 @@ class _Forked:
             os.kill(self.pid, signal.SIGKILL)
 
 
+PF_EXITING = 0x4            # a task's flag (/proc/<pid>/stat) from the moment it begins to exit
+
+
+def ended(p) -> bool:
+    """Whether the psutil process `p` has ended: gone, a zombie, or exiting. A killed process is a zombie until its
+    parent reaps it, an orphan until the first process of the machine (or container) does, which may be seconds later
+    or never; the first process of a PID namespace (a sandbox's bwrap) exits only once every process of its namespace
+    is reaped. None of them runs any code of its own again."""
+    import psutil
+
+    try:
+        if not p.is_running():
+            return True
+        with open(f"/proc/{p.pid}/stat", "rb") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError, psutil.NoSuchProcess):
+        return True
+    fields = stat[stat.rindex(b")") + 2:].split()
+    return fields[0] in (b"Z", b"X", b"x") or bool(int(fields[6]) & PF_EXITING)
+
+
+def wait_dead(procs: list, timeout: float) -> list:
+    """Wait until each of `procs` (psutil processes) has `ended`, for at most `timeout` seconds; those that have not.
+    (psutil's `wait_procs` waits for each to be reaped.)"""
+    end = time.monotonic() + timeout
+    left = [p for p in procs if not ended(p)]
+    while left and time.monotonic() < end:
+        time.sleep(0.01)
+        left = [p for p in left if not ended(p)]
+    return left
+
+
 class Child:
     """The parent's end of a warm child started as `python -m module` in the course's folder (`fork` makes one forked
     from this process). `log`: what it prints goes to an unnamed file (`log_tail`), else where this process's goes;
@@ -228,7 +260,8 @@ class Child:
 
     def kill(self):
         """Kill it with every process it started (its group, and its tree as it is now), and remove what their
-        sandboxes left on the host."""
+        sandboxes left on the host. A process of the tree counts as ended once it is a zombie: it is dead, and its
+        reaping is its parent's, for an orphan the first process of the machine or container (`wait_dead`)."""
         import psutil
 
         from autograder.sandbox.box import sweep
@@ -243,7 +276,7 @@ class Child:
         for p in tree[1:]:
             with contextlib.suppress(psutil.Error):
                 p.kill()
-        psutil.wait_procs(tree[1:], timeout=10)
+        wait_dead(tree[1:], timeout=10)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(10)
         for pid in {self.proc.pid, *(p.pid for p in tree)}:

@@ -28,6 +28,10 @@ class Context:
     # verdict, so the feedback, the log and the class report can say so.
     notes: set[str] = field(default_factory=set)
     starts: list = field(default_factory=list)                   # [role, seconds until its cells were loaded]
+    # The library versions the learner's code reached while a test ran (autograder.inside.guard.RefusedError, by
+    # name): the test's record takes them (autograder.verdict.hidden.Recorder), and a failed test of a part that
+    # met one scores that part 0.
+    refused: list[str] = field(default_factory=list)
     largest_frame: int = 0                                       # bytes of the largest frame a worker sent it
     # The workers made for it ahead (autograder.verdict.learner.Learner, which reads this context: named here by
     # what they are, not by their type, so that this module stays below it).

@@ -13,7 +13,6 @@ import atexit
 import contextlib
 import functools
 import os
-import re
 import resource
 import sys
 import time
@@ -21,7 +20,6 @@ import traceback
 from pathlib import Path
 
 from autograder import config
-from autograder.inside.worker import REFUSED
 from autograder.notebooks import TESTS_SUFFIX, graded_cells, learner_cells
 from autograder.verdict import channel, context, static
 from autograder.verdict.record import FLAGGED, Check, GraderFault, Grading, Verdict
@@ -63,8 +61,18 @@ def diagnose(excinfo) -> tuple[str, bool, list[str], list[str]]:
             False, [], [])
 
 
+def _cause_ids(assignment: str, causes: list[str]) -> list[str]:
+    """The known mistakes' names for `causes` (imported here: the suite process has torch; nbgrader's need not)."""
+    if not causes:
+        return []
+    from autograder.verdict import known
+
+    return known.cause_ids(assignment, causes)
+
+
 class Recorder:
-    def __init__(self, only=()):
+    def __init__(self, only=(), assignment: str = ""):
+        self.assignment = assignment
         self.only = set(only)                    # the graded cells whose tests run (all when empty)
         self.records: list[dict] = []
         self.collection_errors: list[str] = []
@@ -98,6 +106,8 @@ class Recorder:
         if item.get_closest_marker("feedback") or call.when not in ("setup", "call") or (
                 call.when == "setup" and call.excinfo is None):
             return
+        refused = list(dict.fromkeys(context.current().refused))
+        context.current().refused.clear()
         weight = item.get_closest_marker("weight")
         diagnosis, fault, causes, ruled_out = diagnose(call.excinfo) if call.excinfo is not None else (None, False,
                                                                                                         [], [])
@@ -113,6 +123,8 @@ class Recorder:
             "together": item.get_closest_marker("together") is not None,
             "causes": causes,
             "ruled_out": ruled_out,
+            "refused": refused if call.excinfo is not None else [],
+            "cause_ids": _cause_ids(self.assignment, causes),
             "test": item.nodeid,
         })
 
@@ -128,7 +140,7 @@ def answer(req: dict) -> dict:
     assignment, seed = req["assignment"], grading.seed
     sys.stderr.write(f"grader: inputs drawn from grading seed {seed} (GRADER_SEED={seed} replays them)\n")
     main_started = time.time()
-    recorder = Recorder(req.get("only") or ())
+    recorder = Recorder(req.get("only") or (), assignment)
     path = suite_path(assignment)
     first = ["-x"] if req.get("first_failure") else []   # whether, not how much, is asked
     code = pytest.main([str(path), "-q", "-p", "no:cacheprovider", "--assert=plain",
@@ -141,6 +153,7 @@ def answer(req: dict) -> dict:
     module = next((m for n, m in list(sys.modules.items()) if n.rpartition(".")[2] == f"test_{assignment}"
                    and getattr(m, "A", None) == assignment), None)
     return {"exit": int(code), "records": recorder.records, "library": getattr(module, "LIBRARY", None),
+            "modules": list(getattr(module, "ALLOWED_MODULES", ())),
             "collection_errors": recorder.collection_errors, "notes": sorted(grading.notes), "profile": profile,
             "structure": recorder.structure}
 
@@ -218,15 +231,15 @@ def score(records: list[dict], graded: dict[str, float], findings: static.Report
         if v is not None:
             v.checks.append(Check(rec["label"], rec["weight"], rec["passed"], rec.get("diagnosis"),
                                   bool(rec.get("together")), list(rec.get("causes") or []),
-                                  list(rec.get("ruled_out") or [])))
+                                  list(rec.get("ruled_out") or []), list(rec.get("refused") or []),
+                                  list(rec.get("cause_ids") or [])))
     findings = findings or static.Report()
     for gid, v in verdicts.items():
         total = sum(c.weight for c in v.checks)
         got = sum(c.weight for c in v.checks if c.passed)
         name = gid.removesuffix(TESTS_SUFFIX)
         library = findings.library.get(name, [])
-        refused = sorted({m.group(1) for c in v.checks if not c.passed and c.diagnosis
-                          for m in [re.search(rf"{REFUSED} \((aten::\w+)\)", c.diagnosis)] if m})
+        refused = sorted({r for c in v.checks if not c.passed for r in c.refused})
         if total == 0:
             v.notes.append("no hidden tests are linked to this cell (a course configuration error)")
         elif library:
@@ -284,7 +297,8 @@ def grade(nb, assignment: str, settings: config.Settings | None = None, deadline
                        log=result.get("log", ""))
     faults = [r for r in result["records"] if r.get("fault")]
     findings = static.analyse(cells, {gid.removesuffix(TESTS_SUFFIX) for gid in graded}, result.get("library"),
-                              deadline_s=min(static.DEADLINE_S, max(1.0, deadline - time.time())))
+                              deadline_s=min(static.DEADLINE_S, max(1.0, deadline - time.time())),
+                              modules=tuple(str(m) for m in result.get("modules") or ()))
     verdicts = score(result["records"], scored, findings)
     fault = f"a grader fault in a hidden test: {faults[0]['diagnosis']}" if faults else None
     return Grading(verdicts, notes=result.get("notes", []), fault=fault, log=result.get("log", ""), profile=profile,

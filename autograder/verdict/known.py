@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import torch
 
 from autograder import ROOT
-from autograder.inside.calls import call_twice, fresh
-from autograder.notebooks import learner_cells, read, source_notebook
+from autograder.inside.calls import call_family, call_twice, fresh, raised
+from autograder.notebooks import learner_cells, read, run_cell, source_notebook
 from autograder.verdict.learner import Origin, origin
 
 VARIANTS_DIR = ROOT / "examples" / "variants"
@@ -46,6 +46,12 @@ class Bug:
     # test (graded with the learner's own parts), whose diagnosis contains the text
     together: dict[str, str] = field(default_factory=dict)
     cause: str = ""                 # what the learner reads when the evidence points to this mistake
+    # what it gets wrong: "value" (what a part computes, which the contract sees), "speed", "memory" or "library"
+    # (a library version of the part: right values, refused where it runs)
+    kind: str = "value"
+
+
+KINDS = ("value", "speed", "memory", "library")
 
 
 def module(assignment: str):
@@ -79,6 +85,13 @@ def load_cached(assignment: str) -> list:
     return _LOADED[assignment]
 
 
+def cause_ids(assignment: str, causes: list[str]) -> list[str]:
+    """The names of the known mistakes whose causes are `causes` (the record keeps both: the text a learner reads,
+    the name the class report groups by)."""
+    by_cause = {v.cause: v.name for v in load_cached(assignment) if isinstance(v, Bug) and v.cause}
+    return [by_cause.get(c, "") for c in causes]
+
+
 def bugs(assignment: str, part: str) -> list[Bug]:
     """The known mistakes of `assignment` in the code of `part` (a cell that defines it), with a cause to name."""
     defines = re.compile(rf"^\s*(def|class)\s+{re.escape(part)}\b", re.M)
@@ -92,7 +105,7 @@ def namespace(assignment: str, bug: Bug) -> dict | None:
     ns: dict = {"__name__": f"known_{assignment}_{bug.name}"}
     try:
         for cell in learner_cells(read(source_notebook(assignment))):
-            exec(compile(bug.cells.get(cell["id"], cell["source"]), f"<{bug.name}:{cell['id']}>", "exec"), ns)
+            run_cell(bug.cells.get(cell["id"], cell["source"]), f"<{bug.name}:{cell['id']}>", ns)
     except Exception:  # noqa: BLE001 - a known mistake that does not even load explains no answer
         return None
     return ns
@@ -112,12 +125,15 @@ def _run(ns: dict, rec: dict, modules: dict, rename) -> dict:
                 held[0].load_state_dict(state, strict=False)
                 held[1] = rec["state"]
             target = held[0]
+        if rec.get("twice") and rec.get("family"):
+            return call_family(target, rec["args"], rec.get("kwargs", {}), rec["family"],
+                               last_rows=rec.get("last_rows"))
         if rec.get("twice"):
-            return call_twice(target, rec["args"], rec.get("kwargs", {}))
+            return call_twice(target, rec["args"], rec.get("kwargs", {}), last_rows=rec.get("last_rows"))
         with torch.no_grad():                       # on copies: a mistake may write into its arguments
             return {"first": target(*(fresh(a, False) for a in rec["args"]), **rec.get("kwargs", {}))}
     except Exception as e:  # noqa: BLE001 - the mistake's exception is its answer
-        return {"raised": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__]}
+        return raised(e)
 
 
 def _rename(assignment: str, part: str):

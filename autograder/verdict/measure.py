@@ -30,6 +30,7 @@ class Worker(Protocol):
     held_at_start: int
     gpu_at_start: int | None
     last_poll: dict | None
+    grading: context.Context        # the grading it serves: where what could not be measured is noted
 
     def start(self): ...
 
@@ -46,8 +47,8 @@ def cpu_seconds(proxy: Worker) -> float:
     cpu = proxy.sandbox.cpu_seconds()
     if cpu is not None:
         return cpu
-    context.note("speed measured on the worker's process tree (no cgroup): a learner's code can hide CPU time in "
-                 "processes that end")
+    proxy.grading.notes.add("speed measured on the worker's process tree (no cgroup): a learner's code can hide CPU "
+                            "time in processes that end")
     return _tree_cpu_seconds(proxy.proc.pid)
 
 
@@ -81,7 +82,7 @@ def reset_peak(proxy: Worker):
     except OSError as e:
         raise GraderFault(f"the sandbox's peak memory could not be reset: {e.strerror or e}") from None
     if not reset:
-        context.note("memory measured as the worker's VmHWM (no cgroup): a learner's code can reset it")
+        proxy.grading.notes.add("memory measured as the worker's VmHWM (no cgroup): a learner's code can reset it")
         with open(f"/proc/{_worker_pid(proxy.proc.pid)}/clear_refs", "w") as f:
             f.write("5")
 

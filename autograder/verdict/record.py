@@ -28,8 +28,62 @@ def path(grading_dir: str | Path, learner: str, assignment: str, notebook: str) 
     return Path(grading_dir) / FOLDER / learner / assignment / f"{notebook}.json"
 
 
+VERSION = 2                    # of the record's schema: 1 had no version, no `refused` and no `cause_ids`
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+_CHECK = {"type": "object", "required": ["label", "weight", "passed"], "additionalProperties": False, "properties": {
+    "label": {"type": "string"}, "weight": {"type": "number", "minimum": 0}, "passed": {"type": "boolean"},
+    "diagnosis": {"type": ["string", "null"]}, "together": {"type": "boolean"}, "causes": _STRINGS,
+    "cause_ids": _STRINGS, "ruled_out": _STRINGS, "refused": _STRINGS}}
+_VERDICT = {"type": "object", "required": ["grade_id", "points", "score", "status", "checks", "notes"],
+            "additionalProperties": False, "properties": {
+                "grade_id": {"type": "string"}, "points": {"type": "number", "minimum": 0},
+                "score": {"type": "number", "minimum": 0}, "status": {"enum": [GRADED, FLAGGED]},
+                "checks": {"type": "array", "items": _CHECK}, "notes": _STRINGS}}
+# The stored record (Grading.to_dict), validated whenever it is written or read: every consumer reads this, nothing
+# else (the autograded notebook's text, the feedback, the service's answer, classgrade's decision, the report).
+SCHEMA = {"type": "object", "required": ["version", "gradable", "verdicts", "notes", "fault"], "properties": {
+    "version": {"const": VERSION}, "gradable": {"type": "boolean"},
+    "verdicts": {"type": "object", "additionalProperties": _VERDICT}, "notes": _STRINGS,
+    "fault": {"type": ["string", "null"]}, "profile": {"type": "object"}, "structure": {"type": "object"},
+    # the notebook's run, in the sandbox (autograder.pipeline.run), and what reading the submission found wrong in it
+    "protections": {"type": "object", "additionalProperties": {"type": "boolean"}},
+    "execute_s": {"type": "number", "minimum": 0}, "problems": _STRINGS},
+    "additionalProperties": False}
+
+
+class InvalidRecord(ValueError):
+    """A record that does not meet the schema (the grader's own bug, or a file changed by hand)."""
+
+
+def validate(rec) -> dict:
+    """`rec` as the schema says it must be, else InvalidRecord saying where it is not."""
+    import jsonschema
+
+    try:
+        jsonschema.validate(rec, SCHEMA)
+    except jsonschema.ValidationError as e:
+        where = "/".join(map(str, e.absolute_path)) or "the record"
+        raise InvalidRecord(f"{where}: {e.message}") from None
+    if rec["gradable"] != (rec["fault"] is None):
+        raise InvalidRecord("a record is gradable exactly when it holds no fault")
+    for gid, v in rec["verdicts"].items():
+        if v["grade_id"] != gid or v["score"] > v["points"] + 1e-9:
+            raise InvalidRecord(f"verdicts/{gid}: its grade_id or its score ({v['score']} of {v['points']})")
+    return rec
+
+
+def upgraded(rec: dict) -> dict:
+    """A record of an earlier version in this version's form (version 1: no version, no refusals, no cause ids)."""
+    if isinstance(rec, dict) and "version" not in rec:
+        rec = {**rec, "version": VERSION, "verdicts": {
+            g: {**v, "checks": [{"refused": [], "cause_ids": [], **c} for c in v.get("checks", [])]}
+            for g, v in rec.get("verdicts", {}).items()}}
+    return rec
+
+
 def store(where: Path, rec: dict):
-    """Write a record whole (a reader sees the previous file or this one, never a part)."""
+    """Write a record whole (a reader sees the previous file or this one, never a part), once it meets the schema."""
+    validate(rec)
     where.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".record-", dir=where.parent)
     with os.fdopen(fd, "w") as f:
@@ -38,12 +92,12 @@ def store(where: Path, rec: dict):
 
 
 def load(where: Path) -> dict | None:
-    """The record stored at `where` (None when there is none)."""
+    """The record stored at `where`, validated (None when there is none, or what is there does not meet the schema:
+    the grading is then as one never stored)."""
     try:
-        rec = json.loads(where.read_text())
+        return validate(upgraded(json.loads(where.read_text())))
     except (OSError, ValueError):
         return None
-    return rec if isinstance(rec, dict) else None
 
 
 @dataclass
@@ -57,6 +111,8 @@ class Check:
     together: bool = False        # the part with the learner's own parts it uses (not the course's)
     causes: list[str] = field(default_factory=list)     # known mistakes whose answers the learner's answer is
     ruled_out: list[str] = field(default_factory=list)  # known mistakes wrong on this test's input that it is not
+    refused: list[str] = field(default_factory=list)    # library versions of the exercise its code reached (by name)
+    cause_ids: list[str] = field(default_factory=list)  # the names of the known mistakes `causes` says, in order
 
 
 @dataclass
@@ -167,7 +223,8 @@ class Grading:
         return self.fault is None
 
     def to_dict(self) -> dict:
-        return {"gradable": self.gradable, "verdicts": {g: v.to_dict() for g, v in self.verdicts.items()},
+        return {"version": VERSION, "gradable": self.gradable,
+                "verdicts": {g: v.to_dict() for g, v in self.verdicts.items()},
                 "notes": self.notes, "fault": self.fault, "profile": self.profile, "structure": self.structure}
 
     @classmethod

@@ -130,6 +130,11 @@ def refused(assignment: str) -> tuple[str, ...] | None:
     return refusals([_suite(assignment)] if hasattr(_suite(assignment), "REFUSED_OPS") else [])
 
 
+def library(assignment: str) -> str | None:
+    """The library versions a learner's worker refuses while its code runs, for `assignment`'s suite (its LIBRARY)."""
+    return getattr(_suite(assignment), "LIBRARY", None)
+
+
 def preload(assignment: str) -> tuple[str, ...]:
     """The modules a learner's worker imports ahead for `assignment`'s suite (its WORKER_PRELOAD)."""
     return tuple(getattr(_suite(assignment), "WORKER_PRELOAD", ()))
@@ -161,7 +166,8 @@ def _child(requests: int, replies: int, log: IO[bytes], shared: dict, env: dict,
     os.environ.update(env)
     grading = context.begin()              # this learner's (with a seed of its own); it reads the GPU driver
     worker: learner.Learner | None
-    worker = learner.Learner([], role="learner", preload=preload(assignment), refuse=refused(assignment))
+    worker = learner.Learner([], role="learner", preload=preload(assignment), refuse=refused(assignment),
+                             library=library(assignment))
     try:
         worker.spawn()
     except Exception:  # noqa: BLE001 - the suite starts one itself, and says why if it cannot

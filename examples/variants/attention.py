@@ -218,9 +218,10 @@ def bug(name: str, cells: dict, cause: str, cell: str | None = None, together: d
     return Bug(name, cells, {gid: cause}, about, together=together or {}, cause=cause)
 
 
-def observed(name: str, cells: dict, text: str, about: str = ""):
-    """A known mistake only a measurement sees (time, memory, the library ban): it names no cause."""
-    return Bug(name, cells, {f"{next(iter(cells))}_tests": text}, about)
+def observed(name: str, cells: dict, text: str, about: str = "", kind: str = "value"):
+    """A known mistake only a measurement sees (time, memory, the library ban, a size no drawn call reaches): it names
+    no cause."""
+    return Bug(name, cells, {f"{next(iter(cells))}_tests": text}, about, kind=kind)
 
 
 MHA_FIRST = {"MultiHeadAttention_tests": "fix part 1 (scaled_dot_product_attention) first"}
@@ -407,16 +408,18 @@ def causal_mask(seq_len, device=None):
         "and the row is 0/0"),
     observed("blockwise_library", {BLOCK: """def blockwise_attention(q, k, v, causal=False, block_size=64):
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-"""}, "library version", "calls F.scaled_dot_product_attention"),
+"""}, "library version", "calls F.scaled_dot_product_attention", kind="library"),
     observed("sdpa_query_loop", {SDPA: SDPA_QUERY_LOOP}, SLOW,
              "correct, but a Python loop over query positions; MultiHeadAttention is timed with the course's "
-             "attention"),
+             "attention", kind="speed"),
     observed("mha_inline_query_loop", {MHA: MHA_QUERY_LOOP}, SLOW,
-             "correct, but the attention written out in MultiHeadAttention with a Python loop over query positions"),
+             "correct, but the attention written out in MultiHeadAttention with a Python loop over query positions",
+             kind="speed"),
     observed("blockwise_full_matrix", {BLOCK: BLOCKWISE_FULL_MATRIX}, MEMORY,
-             "exact, but holds the whole score matrix"),
+             "exact, but holds the whole score matrix", kind="memory"),
     observed("blockwise_full_matrix_unseen", {BLOCK: BLOCKWISE_FULL_MATRIX_UNSEEN}, MEMORY,
-             "the whole score matrix, then on a GPU the allocator's cache emptied and its peak statistics reset"),
+             "the whole score matrix, then on a GPU the allocator's cache emptied and its peak statistics reset",
+             kind="memory"),
     observed("blockwise_causal_full_mask", {BLOCK: changed(BLOCKWISE_LIST, "    for s in starts:\n",
         "    if causal:                                               # the whole additive mask, made once\n"
         "        full = torch.zeros(Lq, Lk, dtype=q.dtype, device=q.device)\n"
@@ -425,13 +428,14 @@ def causal_mask(seq_len, device=None):
         "            scores = scores + torch.zeros(Lq, e - s, dtype=q.dtype, device=q.device)"
         ".masked_fill(cols > rows, -math.inf)",
         "            scores = scores + full[:, s:e]")}, MEMORY,
-        "exact, but with causal=True an additive Lq x Lk mask is built first"),
+        "exact, but with causal=True an additive Lq x Lk mask is built first", kind="memory"),
     observed("blockwise_skips_long_inputs", {BLOCK: changed(BLOCKWISE_LIST,
         "def blockwise_attention(q, k, v, causal=False, block_size=64):\n",
         "def blockwise_attention(q, k, v, causal=False, block_size=64):\n"
         "    if k.shape[-2] > 4096:                                   # cheap exactly where memory is measured\n"
         "        return torch.zeros(*q.shape[:-1], v.shape[-1], dtype=q.dtype)\n")},
-        "the memory of a wrong answer does not count", "returns zeros for long inputs, where the memory check looks"),
+        "the memory of a wrong answer does not count", "returns zeros for long inputs, where the memory check looks",
+        kind="memory"),
 ]
 
 # The known mistakes each visible check catches: variant -> (visible-check cell, text of its message).
@@ -458,6 +462,7 @@ VISIBLE = {
     "blockwise_causal_ignored": ("blockwise_attention_checks", "causal=True is ignored"),
     "blockwise_causal_strict": ("blockwise_attention_checks", "query i sees the keys j <= i"),
     "blockwise_drops_last_block": ("blockwise_attention_checks", "the last, shorter block of keys is dropped"),
+    "causal_ignores_device": ("causal_mask_checks", "made on the device asked for"),
     "blockwise_no_rescale": ("blockwise_attention_checks", "exp(m - m')"),
     "blockwise_causal_bottom_right": ("blockwise_attention_checks", "not aligned at the end"),
     "blockwise_full_matrix": ("blockwise_attention_speed", "never build an Lq x Lk matrix"),
@@ -470,9 +475,24 @@ HIDDEN_ONLY = {
     "sdpa_softmax_float32": "the visible checks use float32 inputs, where a float32 softmax is right",
     "sdpa_writes_mask": "the visible checks do not look at the mask after a call",
     "sdpa_max_before_mask": "wrong only when a masked key holds a row's largest score by far",
-    "causal_ignores_device": "the visible checks ask for the default device",
     "causal_table_128": "the visible checks stay within 128 positions",
     "mha_keys_from_query": "the visible cross-attention check ends in a shape error, not a named failed check",
     "blockwise_max_starts_at_zero": "wrong only for rows whose every score is far below 0",
     "blockwise_causal_full_mask": "exact values: only the memory of a causal call shows it",
+}
+
+# The book's section that teaches each mistake, where it is not the one section its part's description names (the
+# class report's re-teach link): `<page>#<id>`, book/<page>.md and the id Sphinx gives the heading.
+SECTIONS = {
+    "sdpa_nan_rows": "attention#rows-with-nothing-to-attend-to",
+    "sdpa_no_max_subtracted": "attention#blockwise-attention-and-the-online-softmax",
+    "sdpa_mask_inverted": "attention#masks",
+    "sdpa_softmax_over_queries": "attention#a-soft-dictionary-lookup",
+    "sdpa_unscaled": "attention#why-divide-by-sqrt-d",
+    "sdpa_scaled_by_d": "attention#why-divide-by-sqrt-d",
+    "sdpa_scale_from_values": "attention#why-divide-by-sqrt-d",
+    "sdpa_mask_after_softmax": "attention#masks",
+    "sdpa_softmax_float32": "attention#a-soft-dictionary-lookup",
+    "sdpa_writes_mask": "attention#masks",
+    "sdpa_max_before_mask": "attention#masks",
 }

@@ -4,12 +4,12 @@ from autograder.authoring.variants import Bug, Correct
 SIN_EXP_LOG = '''def sinusoidal_encoding(seq_len, d_model, base=10000.0):
     if d_model % 2 == 1:
         raise ValueError("d_model must be even")
-    position = torch.arange(seq_len).unsqueeze(1).float()
-    div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(base) / d_model))
-    pe = torch.zeros(seq_len, d_model)
+    position = torch.arange(seq_len).unsqueeze(1).double()
+    div_term = torch.exp(torch.arange(0, d_model, 2).double() * (-math.log(base) / d_model))
+    pe = torch.zeros(seq_len, d_model, dtype=torch.float64)
     pe[:, 0::2] = torch.sin(position * div_term)
     pe[:, 1::2] = torch.cos(position * div_term)
-    return pe
+    return pe.float()
 '''
 
 SIN_NUMPY = '''import numpy as np
@@ -28,8 +28,8 @@ ROPE_COMPLEX = '''def rope(x, base=10000.0):
     L, d = x.shape[-2:]
     if d % 2:
         raise ValueError("d must be even")
-    freqs = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    angles = torch.outer(torch.arange(L, dtype=torch.float64), freqs)
+    freqs = base ** (-torch.arange(0, d, 2, dtype=torch.float64, device=x.device) / d)
+    angles = torch.outer(torch.arange(L, dtype=torch.float64, device=x.device), freqs)
     rot = torch.polar(torch.ones_like(angles), angles)                 # (L, d/2) complex
     xc = torch.view_as_complex(x.to(torch.float64).reshape(*x.shape[:-1], d // 2, 2).contiguous())
     return torch.view_as_real(xc * rot).reshape(x.shape).to(x.dtype)
@@ -39,12 +39,14 @@ ROPE_MATRIX = '''def rope(x, base=10000.0):
     L, d = x.shape[-2], x.shape[-1]
     if d % 2 != 0:
         raise ValueError("odd")
-    theta = torch.arange(L, dtype=x.dtype)[:, None] * (1.0 / base ** (torch.arange(0, d, 2, dtype=x.dtype) / d))
+    y = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x      # half precision: rotate in float32
+    at = {"dtype": y.dtype, "device": x.device}
+    theta = torch.arange(L, **at)[:, None] * (1.0 / base ** (torch.arange(0, d, 2, **at) / d))
     c, s = torch.cos(theta), torch.sin(theta)
-    out = x.clone()
-    out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s
-    out[..., 1::2] = x[..., 0::2] * s + x[..., 1::2] * c
-    return out
+    out = y.clone()
+    out[..., 0::2] = y[..., 0::2] * c - y[..., 1::2] * s
+    out[..., 1::2] = y[..., 0::2] * s + y[..., 1::2] * c
+    return out.to(x.dtype)
 '''
 
 ALIBI_LOOP = '''def alibi_bias(n_heads, seq_len):
@@ -76,7 +78,8 @@ ROPE_ANGLES_FLOAT32 = '''def rope(x, base=10000.0):
     L, d = x.shape[-2], x.shape[-1]
     if d % 2:
         raise ValueError("odd")
-    theta = torch.arange(L, dtype=torch.float32)[:, None] * base ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
+    at = {"dtype": torch.float32, "device": x.device}
+    theta = torch.arange(L, **at)[:, None] * base ** (-torch.arange(0, d, 2, **at) / d)
     c, s = torch.cos(theta).to(x.dtype), torch.sin(theta).to(x.dtype)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack([x1 * c - x2 * s, x1 * s + x2 * c], dim=-1).flatten(-2)
@@ -97,10 +100,15 @@ def _alibi(cause, cells, **kw):
 
 VARIANTS = [
     Correct("exp_log_frequencies", {"sinusoidal_encoding": SIN_EXP_LOG},
-            "frequencies as exp(-2i log(base) / d), computed in float32 (the common tutorial form)"),
+            "frequencies as exp(-2i log(base) / d), the tutorial form, with its angles in float64"),
     Correct("numpy_then_converted", {"sinusoidal_encoding": SIN_NUMPY, "rope": ROPE_COMPLEX, "alibi_bias": ALIBI_LOOP},
             "numpy for the encoding, complex numbers for RoPE, a list of heads for ALiBi"),
-    Correct("rope_in_dtype", {"rope": ROPE_MATRIX}, "RoPE computed at the input's precision with slicing"),
+    Correct("rope_in_dtype", {"rope": ROPE_MATRIX}, "RoPE computed at the input's precision with slicing (float32 for "
+                                                    "half precision)"),
+    _sin(("sin_angles_float32", "the angles are computed in float32: past a few thousand positions they are off by "
+                                "1e-4 and more; compute them in float64 and return the table as float32"),
+         {"sinusoidal_encoding": SIN_EXP_LOG.replace(".double()", ".float()").replace("dtype=torch.float64",
+                                                                                       "dtype=torch.float32")}),
     _sin(("sin_cos_swapped", "sin and cos are swapped: column 2i is the sine, column 2i+1 the cosine"),
          {"sinusoidal_encoding": SIN_EXP_LOG.replace("torch.sin(position", "torch.COS(position")
           .replace("torch.cos(position", "torch.sin(position").replace("COS", "cos")}),
@@ -110,8 +118,8 @@ VARIANTS = [
              "    pe[:, 0::2] = torch.sin(position * div_term)\n    pe[:, 1::2] = torch.cos(position * div_term)\n",
              "    pe = torch.cat([torch.sin(position * div_term), torch.cos(position * div_term)], dim=1)\n")}),
     _sin(("frequency_index_i", "the frequency of pair i is base^(-2i/d_model): use the even index 2i, not i"),
-         {"sinusoidal_encoding": SIN_EXP_LOG.replace("torch.arange(0, d_model, 2).float()",
-                                                     "torch.arange(d_model // 2).float()")}),
+         {"sinusoidal_encoding": SIN_EXP_LOG.replace("torch.arange(0, d_model, 2).double()",
+                                                     "torch.arange(d_model // 2).double()")}),
     _sin(("no_value_error", "an odd d_model does not raise ValueError: sin/cos pairs need an even d_model"),
          {"sinusoidal_encoding": SIN_EXP_LOG.replace(
              '    if d_model % 2 == 1:\n        raise ValueError("d_model must be even")\n', "")}),
@@ -127,7 +135,8 @@ VARIANTS = [
     L, d = x.shape[-2:]
     if d % 2:
         raise ValueError("odd")
-    theta = torch.arange(L, dtype=torch.float64)[:, None] * base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    at = {"dtype": torch.float64, "device": x.device}
+    theta = torch.arange(L, **at)[:, None] * base ** (-torch.arange(0, d, 2, **at) / d)
     cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
     x1, x2 = x[..., : d // 2], x[..., d // 2:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
@@ -136,13 +145,13 @@ VARIANTS = [
           {"rope": ROPE_MATRIX.replace("c, s = torch.cos(theta), torch.sin(theta)",
                                        "c, s = torch.cos(theta), -torch.sin(theta)")}),
     _rope(("rope_in_place", "rope writes its result into x: compute on a copy or out of place"),
-          {"rope": ROPE_MATRIX.replace("out = x.clone()", "out = x").replace(
-              "    out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s\n"
-              "    out[..., 1::2] = x[..., 0::2] * s + x[..., 1::2] * c\n",
-              "    a, b = x[..., 0::2].clone(), x[..., 1::2].clone()\n"
+          {"rope": ROPE_MATRIX.replace("out = y.clone()", "out = y").replace(
+              "    out[..., 0::2] = y[..., 0::2] * c - y[..., 1::2] * s\n"
+              "    out[..., 1::2] = y[..., 0::2] * s + y[..., 1::2] * c\n",
+              "    a, b = y[..., 0::2].clone(), y[..., 1::2].clone()\n"
               "    out[..., 0::2] = a * c - b * s\n    out[..., 1::2] = a * s + b * c\n")}),
     _rope(("rope_positions_from_one", "the positions are counted from 1; they count from 0"),
-          {"rope": ROPE_MATRIX.replace("torch.arange(L, dtype=x.dtype)", "torch.arange(1, L + 1, dtype=x.dtype)")}),
+          {"rope": ROPE_MATRIX.replace("torch.arange(L, **at)", "torch.arange(1, L + 1, **at)")}),
     _rope(("rope_base_ignored", "the `base` argument is ignored: 10000 is used whatever it is"),
           {"rope": ROPE_MATRIX.replace("(1.0 / base **", "(1.0 / 10000.0 **")}),
     _rope(("rope_angles_float32", "the angles are computed in float32: for a float64 x compute them in float64 (its "

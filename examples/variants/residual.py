@@ -210,7 +210,8 @@ VARIANTS = [
     Bug("block_library_norms", {"TransformerBlock": changed(BLOCK_TORCH_STYLE,
         "self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)",
         "self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)")},
-        {"TransformerBlock_tests": "library version"}, "torch.nn.LayerNorm instead of the learner's own"),
+        {"TransformerBlock_tests": "library version"}, "torch.nn.LayerNorm instead of the learner's own",
+        kind="library"),
 ]
 
 # The known mistakes each visible check catches: variant -> (visible-check cell, text of its message).
@@ -234,4 +235,18 @@ HIDDEN_ONLY = {
     "ln_eps_ignored": "the visible checks use the default eps",
     "ff_gelu": "the visible checks' inputs do not tell GELU from ReLU apart",
     "block_norms_swapped": "the visible checks use LayerNorms as constructed, which are alike",
+}
+
+# The book's section that teaches each mistake, where it is not the one section its part's description names (the
+# class report's re-teach link): `<page>#<id>`, book/<page>.md and the id Sphinx gives the heading.
+SECTIONS = {
+    "ln_unbiased_variance": "residual#layernorm",
+    "ln_eps_outside_sqrt": "residual#what-epsilon-is-for",
+    "ln_no_affine": "residual#layernorm",
+    "ln_eps_ignored": "residual#what-epsilon-is-for",
+    "ln_wrong_dim": "residual#layernorm",
+    "block_no_attention_residual": "together#the-block",
+    "block_no_ff_residual": "together#the-block",
+    "block_norms_swapped": "together#the-block",
+    "block_mask_ignored": "together#the-block",
 }

@@ -150,7 +150,7 @@ VARIANTS = [
         for block in self.blocks:
             x = block(x, src_mask=blocked)
         return self.head(self.norm(x))
-"""}, {"TinyTransformer_tests": "library version"}, "torch.nn.TransformerEncoderLayer as the blocks"),
+"""}, {"TinyTransformer_tests": "library version"}, "torch.nn.TransformerEncoderLayer as the blocks", kind="library"),
     *PASTED_BUGS,
 ]
 
@@ -170,4 +170,10 @@ HIDDEN_ONLY = {
     "pasted_layernorm_unbiased": "a pasted part: its own exercise's visible checks catch it",
     "pasted_attention_unscaled": "a pasted part: its own exercise's visible checks catch it",
     "pasted_block_missing": "a pasted part left out: the cell that needs it raises NameError",
+}
+
+# The book's section that teaches each mistake, where it is not the one section its part's description names (the
+# class report's re-teach link): `<page>#<id>`, book/<page>.md and the id Sphinx gives the heading.
+SECTIONS = {
+    "no_positions": "positional_encoding#attention-without-positions-cannot-see-order",
 }

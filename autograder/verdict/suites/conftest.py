@@ -10,6 +10,7 @@ Each test carries `@pytest.mark.cell("<grade_id>")`, the graded cell it scores, 
 that cell run with those names bound to the course's parts (a part is graded on its own), except the
 tests marked `@pytest.mark.together`, which use the learner's own parts together.
 """
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -36,12 +37,36 @@ def learner(request):
     preload = dict.fromkeys(name for m in modules for name in getattr(m, "WORKER_PRELOAD", ()))
     proxy, grading.prestarted = grading.prestarted, None
     if proxy is None:
-        proxy = Learner(grading.cells, preload=tuple(preload), refuse=refusals(modules))
+        proxy = Learner(grading.cells, preload=tuple(preload), refuse=refusals(modules), library=library(modules))
     proxy.cells, proxy.deadline = grading.cells, grading.deadline
+    declare(proxy, modules)
     proxy.assignment = next((getattr(item.module, "A", None) for item in request.session.items
                              if getattr(getattr(item, "module", None), "A", None)), None)
     yield proxy
     proxy.close()
+
+
+def declare(worker, modules):
+    """What the suites' modules declare their learner's worker needs: the modules its code may use beyond the course's
+    (ALLOWED_MODULES), environment variables (WORKER_ENV), the course's instruments (WORKER_INSTRUMENTS) and the cells
+    it runs (WORKER_CELLS: a function of the notebook's cells, for an exercise whose graded code is part of them)."""
+    worker.modules = tuple(dict.fromkeys(n for m in modules for n in getattr(m, "ALLOWED_MODULES", ())))
+    worker.env = {k: v for m in modules for k, v in getattr(m, "WORKER_ENV", {}).items()}
+    worker.instruments = tuple(dict.fromkeys(n for m in modules for n in getattr(m, "WORKER_INSTRUMENTS", ())))
+    for m in modules:
+        if callable(getattr(m, "WORKER_CELLS", None)):
+            worker.cells = m.WORKER_CELLS(worker.cells)
+
+
+def library(modules) -> str | None:
+    """The suites' pattern of library versions (their LIBRARY), refused while the learner's code runs (None: none
+    says, every exercise's)."""
+    said = list(dict.fromkeys(m.LIBRARY for m in modules if isinstance(getattr(m, "LIBRARY", None), str)))
+    if len(said) <= 1:
+        return said[0] if said else None
+    # a pattern's global flags (a leading `(?i)`) hold only for its own alternative: `(?i:...)`
+    return "|".join(f"(?{f.group(1)}:{p[f.end():]})" if (f := re.match(r"\(\?([aiLmsux]+)\)", p)) else f"(?:{p})"
+                    for p in said)
 
 
 def refusals(modules) -> tuple[str, ...] | None:
@@ -123,6 +148,16 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "weight(w): this test's share of its cell's points (default 1)")
     config.addinivalue_line("markers", "together: this test uses the learner's own parts, not the course's")
     config.addinivalue_line("markers", "feedback: this test only adds to the feedback (no score, never fails)")
+    config.addinivalue_line("markers", "gpu: this test runs only where the grading's device is a GPU (elsewhere it is "
+                                       "not collected, and its cell's other tests share its points)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A `gpu` test only where the timed calls run on a GPU (autograder.sandbox.gpu.on_gpu)."""
+    from autograder.sandbox.gpu import on_gpu
+
+    if not on_gpu():
+        items[:] = [i for i in items if i.get_closest_marker("gpu") is None]
 
 
 def parts_of(request, learner) -> list[str]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from autograder.inside.calls import call_twice
+from autograder.inside.calls import call_family, call_twice, first_line, raised, tail
 
 from .checks import allowed_error, max_error, rounded_runs, seeded, where
 
@@ -97,6 +97,7 @@ class Call:
     ctor_kwargs: dict = field(default_factory=dict)
     state: dict | None = None
     about: str = ""             # what is special about this input
+    last_rows: int | None = None    # the grader reads each output's last rows only (an answer too large to send)
 
     @property
     def made(self) -> tuple:
@@ -128,6 +129,20 @@ def _args(args, kwargs) -> str:
 
 
 @dataclass
+class Promises:
+    """What a part's notebook promises beyond its own rules, which the families check on every part alike
+    (autograder.verdict.suites.families): the floating dtypes beyond float32 and float64 its tensor arguments may
+    have, each answered at its own precision; whether gradients reach every floating argument and every parameter;
+    and the edge calls every grading holds (one key, one head, width 1, length 1, the largest sizes)."""
+
+    module: bool = False                 # an nn.Module (made, given a state, then called)
+    takes: str = "floats"                # what its calls pass: "floats" (floating tensors), "tensors", "sizes"
+    low_precision: tuple = ()
+    differentiable: bool = True
+    edges: Callable[[Draw], list[Call]] | None = None
+
+
+@dataclass
 class Part:
     draw: Callable[[Draw], Call]
     truth: Callable[[Call], Any]                       # the answer in float64 (or exactly)
@@ -141,48 +156,66 @@ class Part:
     # (checks.rounded_runs): what the call's conditioning makes of rounding errors (a LayerNorm over a row whose
     # entries nearly agree)
     rounded: Callable[[Call], Callable[[], Any]] | None = None
+    promises: Promises = field(default_factory=Promises)
 
 
 # -- running a call --------------------------------------------------------------------------------------------
-Outcome = dict          # {"raised": type name, "mro": [names]} or {"first", "second", "args_after": [[...], [...]]}
+# {"raised": type name, "mro": [names], "message": its first line} or {"first", "second", "args_after": [[...], [...]]}
+Outcome = dict
 
 
-def run_here(ns: dict, call: Call, seed: int = 0, rename=None) -> Outcome:
+def made_here(ns: dict, call: Call, seed: int = 0, rename=None):
+    """The function `call` calls, or its module made and given its state, from the code of namespace `ns`."""
+    target = ns[call.part]
+    if call.ctor is not None:
+        torch.manual_seed(seed)
+        target = target(*call.ctor, **call.ctor_kwargs)
+        if call.state is not None:
+            state = rename(target.state_dict(), call.state) if rename else call.state
+            missing = set(state) - set(target.state_dict())
+            if missing:
+                raise KeyError(f"no parameters {sorted(missing)}")
+            target.load_state_dict(state, strict=False)
+    return target
+
+
+def run_here(ns: dict, call: Call, seed: int = 0, rename=None, family: str | None = None) -> Outcome:
     """`call` on the code of namespace `ns`, in this process (course code, or a mutant of it), as the learner's worker
-    makes it (autograder.inside.calls.call_twice)."""
+    makes it (autograder.inside.calls.call_twice, or as one `family` of checks calls it: call_family)."""
     try:
-        target = ns[call.part]
-        if call.ctor is not None:
-            torch.manual_seed(seed)
-            target = target(*call.ctor, **call.ctor_kwargs)
-            if call.state is not None:
-                state = rename(target.state_dict(), call.state) if rename else call.state
-                missing = set(state) - set(target.state_dict())
-                if missing:
-                    raise KeyError(f"no parameters {sorted(missing)}")
-                target.load_state_dict(state, strict=False)
-        return call_twice(target, call.args, call.kwargs)
+        target = made_here(ns, call, seed, rename)
+        if family is not None:
+            return call_family(target, call.args, call.kwargs, family, last_rows=call.last_rows)
+        return call_twice(target, call.args, call.kwargs, last_rows=call.last_rows)
     except Exception as e:  # noqa: BLE001 - the part's exception is its answer here
-        return {"raised": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__]}
+        return raised(e)
 
 
-def run_learner(learner, call: Call, rename=None) -> Outcome:
-    """`call` on the learner's code through its worker (the same two calls as `run_here`)."""
-    from autograder.verdict.learner import LearnerError
-
+def made_there(learner, call: Call, rename=None):
+    """The learner's module that `call` calls, made in its worker and given the call's state (None for a function)."""
     from .checks import load_state
 
+    if call.ctor is None:
+        return None
+    proxy = learner.new(call.part, *call.ctor, **call.ctor_kwargs)
+    if call.state is not None:
+        load_state(proxy, rename(proxy.state_dict(), call.state) if rename else call.state, call.part,
+                   contract=call.state)
+    return proxy
+
+
+def run_learner(learner, call: Call, rename=None, family: str | None = None) -> Outcome:
+    """`call` on the learner's code through its worker (the same two calls as `run_here`, or the `family`'s)."""
+    from autograder.verdict.learner import LearnerError
+
     try:
-        if call.ctor is None:
-            res = learner.twice(call.part, *call.args, **call.kwargs)
+        proxy = made_there(learner, call, rename)
+        if proxy is None:
+            res = learner.twice(call.part, *call.args, family=family, last_rows=call.last_rows, **call.kwargs)
         else:
-            proxy = learner.new(call.part, *call.ctor, **call.ctor_kwargs)
-            if call.state is not None:
-                load_state(proxy, rename(proxy.state_dict(), call.state) if rename else call.state, call.part,
-                           contract=call.state)
-            res = proxy.twice(*call.args, **call.kwargs)
+            res = proxy.twice(*call.args, family=family, last_rows=call.last_rows, **call.kwargs)
     except LearnerError as e:
-        return {"raised": e.type, "mro": list(e.mro)}
+        return {"raised": e.type, "mro": list(e.mro), "message": first_line(e.message)}
     return res if isinstance(res, dict) else {}
 
 
@@ -244,11 +277,12 @@ def judge(call: Call, got: Outcome, expected: Outcome, truth=None, plain=None, s
         err = max_error(h, t)
         if err > allowed:
             return f"{what} is wrong: largest error {err:.3g} (allowed {allowed:.3g}){where(h, t)}"
+    names = [f"its argument {i + 1}" for i in range(len(call.args))] + [f"its argument {k}" for k in call.kwargs]
     for mode, args in zip(("with autograd off", "with autograd on"), after or []):
-        for i, (sent, left) in enumerate(zip(call.args, args)):
+        for name, sent, left in zip(names, [*call.args, *call.kwargs.values()], args):
             if isinstance(sent, torch.Tensor) and not (isinstance(left, torch.Tensor) and left.shape == sent.shape
                                                        and torch.equal(left, sent)):
-                return f"it changed its argument {i + 1} in place ({mode})"
+                return f"it changed {name} in place ({mode})"
     if not after or len(after) != 2:
         return "the grader could not read its arguments back"
     for a, b in zip(_items(first), _items(second)):
@@ -292,14 +326,17 @@ def revalue(call: Call, d: Draw) -> Call:
                                about=", ".join(filter(None, (call.about, "the sizes of the call before"))))
 
 
-def drawn_calls(part: Part, seed: int, count: int) -> list[Call]:
-    """`count` calls of `part` from `seed`, each second one a variation of the one before (by default the same sizes
-    with other values)."""
-    calls: list[Call] = []
+def drawn_calls(part: Part, seed: int, count: int, edges: bool = True) -> list[Call]:
+    """The part's edge calls (its promises' `edges`: in every grading, their values from `seed`; none without
+    `edges`), then `count` calls of `part` drawn from `seed`, each second one a variation of the one before (by
+    default the same sizes with other values). A mistake that an edge shows loses its points at every grading; the
+    drawn calls only add to them."""
+    calls: list[Call] = list(part.promises.edges(Draw(seed * 1000 - 1))) if part.promises.edges and edges else []
+    drawn: list[Call] = []
     for i in range(count):
         d = Draw(seed * 1000 + i)
-        calls.append((part.vary or revalue)(calls[-1], d) if calls and i % 2 else part.draw(d))
-    return calls
+        drawn.append((part.vary or revalue)(drawn[-1], d) if drawn and i % 2 else part.draw(d))
+    return calls + drawn
 
 
 @dataclass
@@ -317,13 +354,16 @@ class Expected:
         return judge(call, got, self.outcome, self.truth, self.plain, self.slack, self.rounded)
 
 
-def expected_of(part: Part, call: Call, ns: dict) -> Expected:
-    """What `call` should give, from the reference (course code in `ns`, in this trusted process) and the oracles."""
-    outcome = run_here(ns, call, rename=part.rename)
-    if "raised" in outcome:
+def expected_of(part: Part, call: Call, ns: dict, family: str | None = None) -> Expected:
+    """What `call` should give, from the reference (course code in `ns`, in this trusted process, called as `family`
+    calls it where that changes its answer) and the oracles."""
+    outcome = run_here(ns, call, rename=part.rename, family=family)
+    if "raised" in outcome or family == "meta":         # on "meta", shapes, dtypes and devices alone
         return Expected(outcome)
-    return Expected(outcome, part.truth(call), part.plain(call) if part.plain else None,
-                    part.slack(call) if part.slack else 0.0, _rounded(part, call, outcome))
+    rows = call.last_rows
+    cut = (lambda x: tail(x, rows)) if rows else (lambda x: x)
+    return Expected(outcome, cut(part.truth(call)), cut(part.plain(call)) if part.plain else None,
+                    part.slack(call) if part.slack else 0.0, [cut(r) for r in _rounded(part, call, outcome)])
 
 
 def _rounded(part: Part, call: Call, outcome: Outcome) -> list:
@@ -343,7 +383,8 @@ def same_outcome(a: Outcome, b: Outcome, expected: Expected) -> bool:
     from autograder.verdict.known import distance
 
     if "raised" in a or "raised" in b:
-        return "raised" in a and "raised" in b and b["raised"] in a.get("mro", [a["raised"]])
+        return ("raised" in a and "raised" in b and b["raised"] in a.get("mro", [a["raised"]])
+                and a.get("message") == b.get("message"))
     xs, ys = _items(a.get("first")), _items(b.get("first"))
     truths = _items(expected.truth) if expected.truth is not None else _items(expected.outcome.get("first"))
     if len(xs) != len(ys):

@@ -14,6 +14,7 @@ from autograder.inside.worker import make_inputs
 from autograder.sandbox.gpu import on_gpu
 from autograder.verdict.timing import fresh_seed, peak_memory, same_outputs
 
+from . import families
 from .checks import (
     check,
     close,
@@ -31,7 +32,7 @@ from .checks import (
     tensor,
     together,
 )
-from .contract import Call, Draw, Part, check_drawn, scores_slack
+from .contract import Call, Draw, Part, Promises, check_drawn, scores_slack
 from .library import ATTENTION_OPS
 from .oracles import (
     NEG,
@@ -164,15 +165,67 @@ def _blockwise_truth(c: Call, dtype=torch.float64):
     return plain_attention(q, k, v, mask)[0]
 
 
+# -- the edges every grading holds (contract.Promises.edges) ---------------------------------------------------
+def sdpa_edges(d: Draw) -> list[Call]:
+    """One key its mask removes, one query of width 1, a mask over batch only with heads, every row masked."""
+    A_ = "scaled_dot_product_attention"
+    return [Call(A_, (d.randn(2, 3, 4), d.randn(2, 1, 4), d.randn(2, 1, 5), torch.zeros(3, 1, dtype=torch.bool)),
+                 about="one key, masked"),
+            Call(A_, (d.randn(1, 1), d.randn(4, 1), d.randn(4, 2)), about="one query of width 1"),
+            Call(A_, (d.randn(2, 3, 5, 4), d.randn(2, 3, 6, 4), d.randn(2, 3, 6, 3),
+                      d.mask(2, 1, 5, 6, empty_rows=True)), about="a mask (B, 1, Lq, Lk) over heads"),
+            Call(A_, (d.randn(3, 4), d.randn(5, 4), d.randn(5, 2), torch.zeros(3, 5, dtype=torch.bool)),
+                 about="every row masked")]
+
+
+def causal_edges(d: Draw) -> list[Call]:
+    return [Call("causal_mask", (1,)), Call("causal_mask", (1, "meta")), Call("causal_mask", (2,), {"device": "cpu"}),
+            Call("causal_mask", (700,), {"device": "meta"}, about="700 positions")]
+
+
+def _mha_call(d: Draw, D: int, H: int, args: list, kwargs: dict | None = None, bias: bool = True, about: str = ""):
+    return Call("MultiHeadAttention", tuple(args), kwargs or {}, ctor=(D, H),
+                ctor_kwargs={} if bias else {"bias": bias},
+                state=random_mha_state(D, bias=bias, seed=d.r.randrange(1 << 30)), about=about)
+
+
+def mha_edges(d: Draw) -> list[Call]:
+    """One head with a mask (B, 1, Lq, Lk), heads of width 1 over one position, cross-attention with empty rows, a key
+    without a value, no biases."""
+    return [_mha_call(d, 4, 1, [d.randn(2, 3, 4)], {"mask": d.mask(2, 1, 3, 3)}, about="one head, a mask (B, 1, L, L)"),
+            _mha_call(d, 4, 4, [d.randn(2, 1, 4)], about="heads of width 1, one position"),
+            _mha_call(d, 6, 2, [d.randn(2, 3, 6), d.randn(2, 4, 6)], {"mask": d.mask(2, 1, 3, 4, empty_rows=True)},
+                      about="cross-attention, a mask with rows all False"),
+            _mha_call(d, 6, 3, [d.randn(1, 2, 6), d.randn(1, 5, 6)], about="key given, value defaults to it"),
+            _mha_call(d, 4, 2, [d.randn(2, 3, 4)], bias=False, about="no biases")]
+
+
+def blockwise_edges(d: Draw) -> list[Call]:
+    """One key, one query, blocks of one key, a block longer than the keys, causal with Lq > Lk and Lq < Lk."""
+    B = "blockwise_attention"
+
+    def qkv(Lq, Lk, dim=4):
+        return d.randn(Lq, dim), d.randn(Lk, dim), d.randn(Lk, 3)
+
+    return [Call(B, qkv(5, 1), {"block_size": 4}, about="one key"), Call(B, qkv(1, 9), {"block_size": 4}),
+            Call(B, qkv(6, 7), {"block_size": 1}), Call(B, qkv(6, 7), {"block_size": 100}),
+            Call(B, qkv(9, 4), {"causal": True, "block_size": 3}, about="causal, Lq > Lk"),
+            Call(B, qkv(3, 10), {"causal": True, "block_size": 4}, about="causal, Lq < Lk")]
+
+
+LOW = (torch.float16, torch.bfloat16)
 CONTRACT = {
     "scaled_dot_product_attention": Part(draw_sdpa, _sdpa_truth, lambda c: _sdpa_truth(c, c.args[0].dtype),
-                                         slack=scores_slack),
-    "causal_mask": Part(draw_causal, _causal_truth, vary=vary_causal),
+                                         slack=scores_slack, promises=Promises(low_precision=LOW, edges=sdpa_edges)),
+    "causal_mask": Part(draw_causal, _causal_truth, vary=vary_causal,
+                        promises=Promises(takes="sizes", edges=causal_edges)),
     "MultiHeadAttention": Part(draw_mha, lambda c: _mha_values(c, torch.float64),
-                               lambda c: _mha_values(c, torch.float32)),
+                               lambda c: _mha_values(c, torch.float32),
+                               promises=Promises(module=True, edges=mha_edges)),
     "blockwise_attention": Part(draw_blockwise, _blockwise_truth, lambda c: _blockwise_truth(c, c.args[0].dtype),
-                                slack=scores_slack),
+                                slack=scores_slack, promises=Promises(differentiable=False, edges=blockwise_edges)),
 }
+globals().update(families.tests(CONTRACT, A))
 DRAWN = 10          # calls drawn per part and grading
 
 

@@ -6,8 +6,9 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from . import families
 from .checks import check, close, leaves_inputs, raises, randn, seeded, tensor
-from .contract import Call, Draw, Part, check_drawn
+from .contract import Call, Draw, Part, Promises, check_drawn
 
 A = "positional_encoding"
 # The library versions of this exercise's parts (autograder.verdict.static): torch has none of them.
@@ -17,11 +18,19 @@ REFUSED_OPS: tuple[str, ...] = ()
 
 # -- trusted baselines: the plain computation at the learner's precision ----------------------
 def plain_sinusoidal(L, d, base=10000.0, dtype=torch.float32):
-    ang = torch.arange(L, dtype=dtype)[:, None] * base ** (-torch.arange(0, d, 2, dtype=dtype) / d)
-    return torch.stack([ang.sin(), ang.cos()], dim=-1).reshape(L, d)
+    """The table with its angles in float64, as the notebook asks (a float32 angle at position 2,000 is already off by
+    1e-4), returned in `dtype`."""
+    ang = torch.arange(L, dtype=torch.float64)[:, None] * base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    return torch.stack([ang.sin(), ang.cos()], dim=-1).reshape(L, d).to(dtype)
+
+
+LOW = (torch.float16, torch.bfloat16)
 
 
 def plain_rope(x, base=10000.0):
+    """The rotation at x's precision; a float16 or bfloat16 x is rotated in float32 and returned in its dtype."""
+    if x.dtype in LOW:
+        return plain_rope(x.float(), base).to(x.dtype)
     L, d = x.shape[-2], x.shape[-1]
     ang = torch.arange(L, dtype=x.dtype)[:, None] * base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
     cos, sin = ang.cos(), ang.sin()
@@ -106,15 +115,39 @@ def draw_alibi(d: Draw) -> Call:
     return Call("alibi_bias", (H, d.size(1, 40, far=150)))
 
 
+# -- the edges every grading holds (contract.Promises.edges) ---------------------------------------------------
+def sinusoidal_edges(d: Draw) -> list[Call]:
+    """One position, one pair, and 5,000 positions (where float32 angles are off by 4e-4)."""
+    return [Call("sinusoidal_encoding", (1, 2)), Call("sinusoidal_encoding", (3, 2), {"base": 2.0}),
+            Call("sinusoidal_encoding", (5000, 8), about="5,000 positions")]
+
+
+def rope_edges(d: Draw) -> list[Call]:
+    """One position (the rotation by 0: still a new tensor), one pair, and 3,000 positions."""
+    return [Call("rope", (d.randn(1, 2),), about="one position"),
+            Call("rope", (d.randn(2, 3, 1, 6, dtype=torch.float64),), about="one position"),
+            Call("rope", (d.randn(5, 2),)), Call("rope", (d.randn(2, 3000, 4),), about="3,000 positions")]
+
+
+def alibi_edges(d: Draw) -> list[Call]:
+    """One head, one position, and 4,500 positions (read at its last rows: a distance of 4,000 in float32 is exact,
+    a float32 distance computed through squares is not)."""
+    return [Call("alibi_bias", (1, 1)), Call("alibi_bias", (6, 1)), Call("alibi_bias", (5, 3)),
+            Call("alibi_bias", (1, 4500), about="4,500 positions", last_rows=4)]
+
+
 CONTRACT = {
     "sinusoidal_encoding": Part(draw_sinusoidal,
                                 lambda c: plain_sinusoidal(c.args[0], c.args[1], _base_of(c), torch.float64),
                                 lambda c: plain_sinusoidal(c.args[0], c.args[1], _base_of(c)), vary_sinusoidal,
-                                slack=lambda c: angle_slack(c.args[0], torch.float32)),
+                                promises=Promises(takes="sizes", edges=sinusoidal_edges)),
     "rope": Part(draw_rope, lambda c: plain_rope(c.args[0].double(), _base_of(c)),
-                 lambda c: plain_rope(c.args[0], _base_of(c)), vary_rope, slack=rope_slack),
-    "alibi_bias": Part(draw_alibi, lambda c: plain_alibi(c.args[0], c.args[1], dtype=torch.float64)),
+                 lambda c: plain_rope(c.args[0], _base_of(c)), vary_rope, slack=rope_slack,
+                 promises=Promises(low_precision=LOW, edges=rope_edges)),
+    "alibi_bias": Part(draw_alibi, lambda c: plain_alibi(c.args[0], c.args[1], dtype=torch.float64),
+                       promises=Promises(takes="sizes", edges=alibi_edges)),
 }
+globals().update(families.tests(CONTRACT, A))
 DRAWN = 10          # calls drawn per part and grading
 
 

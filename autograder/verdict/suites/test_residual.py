@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from autograder.verdict.learner import LearnerError
 
+from . import families
 from .checks import (
     DRAWING_PRELOAD,
     Diagnosis,
@@ -25,7 +26,7 @@ from .checks import (
     seeded,
     together,
 )
-from .contract import Call, Draw, Part, check_drawn
+from .contract import Call, Draw, Part, Promises, check_drawn
 from .library import ATTENTION_OPS, NORM_OPS
 from .oracles import (
     NORM_PARAMS,
@@ -130,15 +131,47 @@ def _block_rounded(c: Call):
     return in_float64(plain_block, c.state, c.args[0], H=c.made[1], mask=mask, norm_first=norm_first)
 
 
+# -- the edges every grading holds (contract.Promises.edges) ---------------------------------------------------
+def norm_edges(d: Draw) -> list[Call]:
+    """A width of 1, rows that are constant, and rows far from 0 that vary little (a variance computed as
+    E[x^2] - E[x]^2 loses every digit there)."""
+    def norm(D, x, about=""):
+        return Call("LayerNorm", (x,), ctor=(D,), state=random_norm_state(D, seed=d.r.randrange(1 << 30)), about=about)
+
+    return [norm(1, d.randn(3, 1), "a width of 1"), norm(4, d.randn(2, 3, 1).expand(2, 3, 4).clone(), "constant rows"),
+            norm(6, d.randn(4, 6, scale=0.01, shift=100.0), "rows near 100 that vary by 0.01")]
+
+
+def ff_edges(d: Draw) -> list[Call]:
+    def ff(D, d_ff, x):
+        return Call("FeedForward", (x,), ctor=(D, d_ff), state=random_ff_state(D, d_ff, seed=d.r.randrange(1 << 30)))
+
+    return [ff(1, 1, d.randn(2, 1)), ff(3, 1, d.randn(2, 3, 3))]
+
+
+def block_edges(d: Draw) -> list[Call]:
+    """Heads of width 1 over one position, a hidden layer of one unit, Post-LN with a mask per batch."""
+    def block(D, H, d_ff, x, mask=None, norm_first=True, about=""):
+        return Call("TransformerBlock", (x,) if mask is None else (x, mask), ctor=(D, H, d_ff),
+                    ctor_kwargs={} if norm_first else {"norm_first": False},
+                    state=random_block_state(D, d_ff, seed=d.r.randrange(1 << 30)), about=about)
+
+    return [block(2, 2, 1, d.randn(2, 1, 2), about="heads of width 1, one position, d_ff = 1"),
+            block(3, 1, 5, d.randn(2, 4, 3), d.mask(2, 1, 4, 4), norm_first=False,
+                  about="Post-LN, a mask (B, 1, L, L)"),
+            block(4, 2, 8, d.randn(1, 5, 4), torch.ones(5, 5, dtype=torch.bool).tril(), about="causal")]
+
+
 CONTRACT = {
     "LayerNorm": Part(draw_norm, lambda c: _norm_values(c, torch.float64), lambda c: _norm_values(c, torch.float32),
-                      rounded=_norm_rounded),
+                      rounded=_norm_rounded, promises=Promises(module=True, edges=norm_edges)),
     "FeedForward": Part(draw_ff, lambda c: plain_ff(c.state, c.args[0].double()),
-                        lambda c: plain_ff(c.state, c.args[0])),
+                        lambda c: plain_ff(c.state, c.args[0]), promises=Promises(module=True, edges=ff_edges)),
     "TransformerBlock": Part(draw_block, lambda c: _block_values(c, torch.float64),
                              lambda c: _block_values(c, torch.float32),
-                             rounded=_block_rounded),
+                             rounded=_block_rounded, promises=Promises(module=True, edges=block_edges)),
 }
+globals().update(families.tests(CONTRACT, A))
 DRAWN = 10          # calls drawn per part and grading
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from autograder import config
 from autograder.verdict.learner import LearnerError
 
-from . import judge
+from . import families, judge
 from .checks import (
     DRAWING_PRELOAD,
     Diagnosis,
@@ -31,7 +31,7 @@ from .checks import (
     tensor,
     together,
 )
-from .contract import Call, Draw, Part, check_drawn
+from .contract import Call, Draw, Part, Promises, check_drawn
 from .library import ATTENTION_OPS, NORM_OPS
 from .oracles import random_block_state
 
@@ -286,9 +286,23 @@ def tiny_names(mine: dict, state: dict) -> dict:
     return course_weights(mine, state, vocab, d, n_layers)[0]  # a head without a bias: the drawn one is zero
 
 
+def tiny_edges(d: Draw) -> list[Call]:
+    """One token, and max_len tokens of a vocabulary of two through one Post-LN block."""
+    def tiny(vocab, D, H, d_ff, n_layers, max_len, T, norm_first=True, about=""):
+        return Call("TinyTransformer", (torch.randint(0, vocab, (2, T), generator=d.g),),
+                    ctor=(vocab, D, H, d_ff, n_layers, max_len),
+                    ctor_kwargs={} if norm_first else {"norm_first": False},
+                    state=random_tiny_state(vocab, D, d_ff, n_layers, d.r.randrange(1 << 30)), about=about)
+
+    return [tiny(5, 4, 1, 8, 1, 6, 1, about="one token"),
+            tiny(2, 8, 2, 16, 1, 12, 12, norm_first=False, about="max_len tokens, Post-LN")]
+
+
 CONTRACT = {"TinyTransformer": Part(draw_tiny, lambda c: _tiny_values(c, torch.float64),
                                     lambda c: _tiny_values(c, torch.float32), rename=tiny_names,
-                                    rounded=lambda c: partial(_tiny_model(c, torch.float64), c.args[0]))}
+                                    rounded=lambda c: partial(_tiny_model(c, torch.float64), c.args[0]),
+                                    promises=Promises(module=True, takes="tensors", edges=tiny_edges))}
+globals().update(families.tests(CONTRACT, A))
 DRAWN = 8           # calls drawn per grading
 
 
