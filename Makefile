@@ -15,7 +15,8 @@ export OMP_WAIT_POLICY := PASSIVE
 export CHROMIUM
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all install book exercises grade postgres graphviz npm lint test test-quick test-full bench mutation gpu-wheels gpu-check \
+.PHONY: all install book exercises grade postgres graphviz npm lint test test-quick test-exercise test-full bench mutation \
+        gpu-wheels gpu-check \
         clean
 
 all: book grade
@@ -113,6 +114,15 @@ TEST_NEEDS := $(CHROMIUM) postgres graphviz $(VIZ_JS) $(NODE)
 test-quick: install
 	$(BIN)/pytest -n 2 -q -m quick tests
 
+# One exercise's own loop: every test of the course that checks an exercise, for ASG alone (what tests/test_scaffold.py
+# runs on an exercise it adds): `make test-exercise ASG=rope`.
+EXERCISE_TESTS := tests/test_release.py tests/test_exercises.py tests/test_variants.py tests/test_contract.py \
+                  tests/test_static.py tests/test_guard.py
+test-exercise:
+	@test -n "$(ASG)" || { echo "usage: make test-exercise ASG=<assignment>"; exit 2; }
+	@test -x $(BIN)/pytest || $(MAKE) install
+	$(BIN)/pytest -q -p no:cacheprovider -m "not full" -k "$(ASG)" $(EXERCISE_TESTS)
+
 test: lint $(TEST_NEEDS)
 	$(BIN)/pytest -n 2 --dist loadgroup --durations=15 -m "not full" tests
 
@@ -127,7 +137,9 @@ test-full: install $(TEST_NEEDS)
 # gradebook locking under concurrent writers, a class of 30 learners x every assignment on Dask, and the check
 # service through its HTTP endpoint (one learner alone, eight at once, requests over the rate limit), what the
 # library ban proves, flags and notes for honest idioms and routes to a library version, and its reading time, and
-# how near correct answers come to the error a drawn call allows them (bench/results/rounding.md).
+# how near correct answers come to the error a drawn call allows them (bench/results/rounding.md), the speed ratio of
+# correct code against the reference, quiet and loaded, the blind corpus graded (bench/results/blind.md, against the
+# grading before the families), and one notebook, one score: each known mistake graded 20 times.
 bench: install
 	$(PY) bench/speed.py
 	$(PY) bench/profile.py
@@ -137,6 +149,11 @@ bench: install
 	$(PY) bench/check_service.py $(ASSIGNMENTS)
 	$(PY) bench/library_ban.py --grade
 	$(PY) bench/rounding.py
+	$(PY) bench/self_speed.py --reps 10 --out bench/results/self-speed.md
+	$(PY) bench/self_speed.py --reps 10 --hogs 2 --out bench/results/self-speed-loaded.md
+	$(PY) bench/blind.py --json bench/results/blind.json
+	$(PY) bench/blind.py --report bench/results/blind-6f12630.json bench/results/blind.json > bench/results/blind.md
+	$(PY) bench/stability.py --gradings 20 --out bench/results/stability.md
 	$(MAKE) mutation
 	$(MAKE) test-full
 

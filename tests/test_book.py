@@ -305,3 +305,291 @@ def test_the_execution_cache_follows_the_imported_code(tmp_path):
 
 def experiments():
     return book_module("experiments")
+
+
+# --- every sentence that states a measured number or a trend: rendered from the data, or checked where it stands ---
+
+CLAIM_PAGES = ["positional_encoding.md", "attention.md", "residual.md", "measuring_speed.md", "together.md"]
+# Words of measurement in sentences that state no measurement of the page: what a cited paper found or argues, what a
+# definition or a formula says, a setting the experiment chooses, what a GPU would show (the build has none), the
+# grading rule in words. Each fragment (words of the sentence as written) exempts the words inside it and nothing else;
+# one that exempts nothing fails the test.
+CITED, DEFINED = "a cited paper's result or argument", "what a definition or a formula says, not a measurement"
+SETTING, GPU = "the experiment's setting", "what a GPU does: this build has none, and its cell runs only with CUDA"
+GRADER = "the speed rule in words; its numbers are checked where the chapter states them"
+NOT_MEASURED = {
+    "residual.md": {
+        "so that their sum stays bounded": "what a remedy is for, not a measurement",
+        "reached a higher training error than shallower ones": CITED,
+        "(e) best, (b) worst, and (c) worse than the original (a)": CITED,
+        "a training loss that falls more slowly at the start of training": CITED,
+        "(c) came out worse than the original there": CITED,
+        "does not shrink as layers are added, while pre-LN's shrinks like": CITED,
+        "post-LN's gradients grow from the bottom layers to the top ones while pre-LN's stay level": CITED,
+        "its adaptive learning rate varies far too much": CITED,
+        "the stream grows by one layer's width at every layer, and each layer's input matrix grows with it": DEFINED,
+        "the input stays": DEFINED,
+        "it shrinks or grows exponentially with depth": DEFINED,
+        "makes the stream and every layer's input grow with depth": DEFINED,
+    },
+    "positional_encoding.md": {
+        "the stream doubles to": DEFINED,
+        "a concatenation either halves the token's width or doubles the stream": DEFINED,
+        "We measure how much each term varies across the keys": SETTING,
+        "a penalty from each attention score that grows with the distance": DEFINED,
+        "Its penalty grows with distance whatever the length": DEFINED,
+        "with a bigger table, the rows there are still random": DEFINED,
+    },
+    "attention.md": {
+        "it has done so since PyTorch 2.5": CITED,
+        "far fewer forms than the untied product can make": DEFINED,
+        "It is worse than symmetric": DEFINED,
+        "if that other token has a larger self-score": DEFINED,
+        "would need the self-scores to decrease all along the sequence": DEFINED,
+        "because tying also halves the parameters of the scores": DEFINED,
+        "as the models get much better at using the earlier context": CITED,
+        "at a cost of 0.15 BLEU on English–Russian": CITED,
+        "whenever the maximum grows": DEFINED,
+        "for growing": SETTING,
+        "its own is the largest, so it gives itself the largest weight": DEFINED,
+        "only if that one has a larger self-score": DEFINED,
+        "rescales them when the maximum grows": DEFINED,
+    },
+    "measuring_speed.md": {
+        "your attention must run about as fast as the reference solution": GRADER,
+        'what "as fast as" means': GRADER,
+        "50 times (each sample is the average of 10 calls)": SETTING,
+        "fell in the busy period": SETTING,
+        "Writing a buffer larger than the cache before each sample evicts them": GPU,
+        "expect the first line to be much smaller than the others": GPU,
+        "the synchronised wall clock to be a little larger than the events": GPU,
+        "the warm-cache events to be the smallest": GPU,
+        "a small L2 cache per core and a larger L3 shared by the cores": "how a CPU's caches are laid out",
+    },
+}
+RENDERED = "⟨glued⟩"
+INLINE = [(re.compile(r"\{glue:text\}`[^`]*`"), f" {RENDERED} "),   # a value the build computed
+          (re.compile(r"\{[\w:-]+\}`[^`]*`"), " ⟨role⟩ "),            # {cite:t}, {doc}, {download}: not prose
+          (re.compile(r"\$[^$]+\$"), " ⟨math⟩ "),                     # a formula states what it derives
+          (re.compile(r"`[^`]+`"), " ⟨code⟩ ")]
+NUMBER = r"\d[\d,]*(?:\.\d+)?(?:e-?\d+)?"
+# A number typed into the prose as a measurement: with ± or ≈, a percentage, "about 3", "4 times", a decimal.
+TYPED_NUMBER = re.compile(rf"[±≈]\s*{NUMBER}|{NUMBER}\s*%|\b(?:about|around|roughly|nearly|almost|near|above|below|"
+                          rf"at least|at most|up to)\s+{NUMBER}|{NUMBER}\s*(?:times|-fold)\b|\b\d+\.\d+\b")
+# A trend or a comparison. "above"/"below" compare when something follows that they compare with ("below every seed",
+# "above 90", "above (e)"), not as places ("as above", "Below is", "below the diagonal"); "every seed" says what held
+# on each, unless a figure shows them.
+TREND = re.compile(r"\b(?:larger|smaller|bigger|greater|higher|lower|faster|slower|better|worse|fewer|closer|further|"
+                   r"more than|less than|went up|went down|goes up|goes down|grows?|grew|growing|shrinks?|shrank|"
+                   r"shrinking|falls?|fell|rises?|rose|"
+                   r"drops? (?:to|from|by|below)|collapses?|explodes?|vanish(?:es|ed)?|drifts?|increases?|decreases?|"
+                   r"doubles|doubled|halves|halved|exceeds?|beats?|outperforms?|varies|vary|spread|stays?|level|"
+                   r"almost exactly|nearly exactly|as (?:fast|slowly|good|high|low|large|small) as|"
+                   r"(?<!shows )every seed|"
+                   # a superlative as a verdict ("ALiBi ..., the lowest"), not as a name ("the largest tensor")
+                   r"(?:largest|smallest|highest|lowest|fastest|slowest|furthest|best|worst)(?! [a-z])|"
+                   r"(?:above|below)(?= (?:\d|\(|⟨glued⟩|every|all|any|each|that|those|its|their|chance|zero|one|half|"
+                   r"the (?!diagonal|main)))"
+                   r")\b", re.I)
+
+
+def prose_blocks(text):
+    """(line, text) of each paragraph, list item and table row of a MyST page: the code cells, code blocks, math
+    blocks, comments and directive options left out (the text inside a directive, an exercise's, stays)."""
+    lines = text.split("\n")
+    if lines[0] == "---":                                           # the front matter
+        end = lines.index("---", 1)
+        lines = [""] * (end + 1) + lines[end + 1:]
+    out, cur, start, fence, math = [], [], 0, None, False
+
+    def flush():
+        if cur:
+            out.append((start, " ".join(cur)))
+            cur.clear()
+
+    for i, line in enumerate(lines, start=1):
+        s = line.strip()
+        if fence:
+            fence = None if s == fence else fence
+            continue
+        if math:
+            math = not s.endswith("$$")
+            continue
+        opening = re.match(r"(`{3,})(.*)", s)
+        if opening:
+            flush()
+            if opening.group(2) and not opening.group(2).startswith(("{exercise}", "{solution}")):
+                fence = opening.group(1)                          # a code cell or block: skipped to its closing
+            continue
+        if s.startswith("$$"):
+            flush()
+            math = not (len(s) > 2 and s.endswith("$$"))
+            continue
+        if not s or s.startswith(("#", "%", ":::")) or re.match(r":\w+:", s):
+            flush()
+            continue
+        if s.startswith("|") or re.match(r"(?:[-*]|\d+\.)\s", s):
+            flush()                                               # a table row, a list item: each its own block
+        if not cur:
+            start = i
+        cur.append(s)
+        if s.startswith("|"):
+            flush()
+    flush()
+    return out
+
+
+def prose_sentences(block):
+    """A block's sentences, inline markup replaced: a glued value by ⟨glued⟩, a formula by ⟨math⟩, code by ⟨code⟩."""
+    for pattern, repl in INLINE:
+        block = pattern.sub(repl, block)
+    block = re.sub(r"\s+", " ", block.replace("*", "")).strip()
+    return re.split(r"(?<!\bal\.)(?<!\be\.g\.)(?<!\bi\.e\.)(?<=[.!?])\s+(?=[A-Z(⟨\"-])", block)
+
+
+def _normal(text):
+    return re.sub(r"\s+", " ", re.sub(r"[*\"]", "", text)).strip().lower()
+
+
+def claim_windows(sentence):
+    """The words of a sentence that state a measurement, each with the word on either side of it in its clause: what
+    a check's claim must quote. A question states nothing; a number the build glued in is rendered, not typed."""
+    if sentence.rstrip().endswith("?"):
+        return []
+    windows = []
+    for m in [*TYPED_NUMBER.finditer(sentence), *TREND.finditer(sentence)]:
+        before = re.sub(r"[.!?\"]", "", re.split(r"[,;:()⟨⟩]", sentence[:m.start()])[-1]).split()
+        after = re.sub(r"[.!?\"]", "", re.split(r"[,;:()⟨⟩]", sentence[m.end():])[0]).split()
+        windows.append(_normal(" ".join(before[-1:] + [m.group(0)] + after[:1])))
+    return windows
+
+
+def page_checks(text):
+    """(line, claim) of every check(claim, holds) the build executes: a call at the top level of a code cell (not
+    in a function, a branch or a loop, not in a cell tagged to skip execution or to expect an exception), its claim
+    a string written out, its verdict not a constant."""
+    found = []
+    for m in re.finditer(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, flags=re.S | re.M):
+        options = re.match(r"(?::\w+:.*\n)*", m.group(1)).group(0)
+        if re.search(r"skip-execution|raises-exception", options):
+            continue
+        line = text.count("\n", 0, m.start(1)) + 1 + options.count("\n")
+        for st in ast.parse(m.group(1)[len(options):]).body:
+            call = st.value if isinstance(st, ast.Expr) else None
+            if (isinstance(call, ast.Call) and getattr(call.func, "id", None) == "check" and len(call.args) == 2
+                    and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)
+                    and not isinstance(call.args[1], ast.Constant)):
+                found.append((line + st.lineno - 1, _normal(call.args[0].value)))
+    return found
+
+
+def unchecked_claims(text, exempt=()):
+    """(line, sentence, windows) of each sentence with words that state a measurement that no check quotes: a check
+    executed in the sentence's section (from its heading to the next heading; in "Key takeaways", anywhere before it
+    in the page). A window inside one of the `exempt` fragments of the sentence is left out; the fragments that left
+    one out are returned too."""
+    lines = text.split("\n")
+    headings = [i for i, line in enumerate(lines, start=1) if re.match(r"#{1,6} ", line)] + [len(lines) + 1]
+    checks = page_checks(text)
+    found, used = [], set()
+    for line, block in prose_blocks(text):
+        start = max([h for h in headings if h < line], default=0)
+        end = min(h for h in headings if h > line)
+        if start and lines[start - 1].lstrip("#").strip() == "Key takeaways":
+            start, end = 0, line
+        claims = [claim for at, claim in checks if start < at < end]
+        for sentence in prose_sentences(block):
+            missing = []
+            for w in claim_windows(sentence):
+                if any(w in claim for claim in claims):
+                    continue
+                fragments = [f for f in exempt if _normal(f) in _normal(sentence) and w in _normal(f)]
+                used.update(fragments)
+                if not fragments:
+                    missing.append(w)
+            if missing:
+                found.append((line, sentence, missing))
+    return found, used
+
+
+RULE_PAGE = """# A page made for the rule
+
+## Results
+
+```{code-cell} ipython3
+:tags: [remove-cell]
+check("the loss grows with depth on every seed", grows)
+check("the error stays small", True)
+if ok:
+    check("the accuracy falls below 50 %", low)
+```
+
+```{code-cell} ipython3
+:tags: [raises-exception]
+check("the gap is about 40 % wider", wide)
+```
+
+The loss grows with depth on every seed (from {glue:text}`a` to {glue:text}`b`). The accuracy falls below 50 %.
+The gap is about 40 % wider. Position 3 is drawn above, with {glue:text}`n` seeds. Does the gap grow?
+The error stays small. They found that deeper networks reached a higher error.
+
+```{code-cell} ipython3
+check("the width halves from layer to layer", halves)
+```
+
+The width halves from layer to layer.
+
+## Elsewhere
+
+The loss grows with depth on every seed.
+
+## Key takeaways
+
+- The loss grows with depth on every seed, and the width halves from layer to layer.
+"""
+
+
+def test_the_claim_rule_both_ways():
+    """A sentence that states a trend or types a measured number passes only when a check executed in its section
+    quotes its words: not a check in a branch, in a cell allowed to fail, with a constant verdict, or under another
+    heading (but in "Key takeaways", any check above). A glued number, a place on the page and a question state
+    nothing to check; an exempted fragment exempts only the words inside it."""
+    found, used = unchecked_claims(RULE_PAGE, {"They found that deeper networks reached a higher error": CITED})
+    flagged = {(line, sentence): missing for line, sentence, missing in found}
+    assert {sentence for _, sentence in flagged} == {
+        "The accuracy falls below 50 %.",                          # its check is in a branch
+        "The gap is about 40 % wider.",                            # its check's cell may raise
+        "The error stays small.",                                  # its check's verdict is a constant
+        "The loss grows with depth on every seed."}, flagged       # its check is in another section
+    assert flagged[next(k for k in flagged if k[1] == "The accuracy falls below 50 %.")] == \
+        ["falls below 50 %", "accuracy falls below", "falls below 50"]
+    assert used == {"They found that deeper networks reached a higher error"}
+    assert not unchecked_claims(RULE_PAGE.replace("if ok:\n    check", "check"), {})[0][0][1].startswith("The acc")
+    above = RULE_PAGE.replace("The width halves from layer to layer.\n\n## Else", "## Else")
+    above = above.replace("The gap is about", "The width halves from layer to layer. The gap is about")
+    assert "The width halves from layer to layer." not in {s for _, s, _ in unchecked_claims(above, {})[0]}, \
+        "a check further down the same section backs a sentence above it"
+    cell = '```{code-cell} ipython3\ncheck("the width'
+    later = above.replace(cell, "### Below\n\n" + cell)
+    assert "The width halves from layer to layer." in {s for _, s, _ in unchecked_claims(later, {})[0]}, \
+        "a check under the next heading does not back a sentence above it"
+    assert not unchecked_claims("The gap grows.\n", {"gap grows": DEFINED})[0]
+    assert unchecked_claims("The gap grows, and the loss falls.\n", {"gap grows": DEFINED})[0][0][2] == \
+        ["loss falls"], "an exempted fragment exempts the words inside it, no more"
+
+
+@pytest.mark.parametrize("page", CLAIM_PAGES)
+def test_every_measured_sentence_is_rendered_or_checked(page):
+    """Every sentence of a chapter that states a measured number or a trend either has its numbers glued in by the
+    build, or sits in the section of a check() that the build executes and that quotes the words stating the trend: a
+    change of
+    the data that contradicts the sentence stops the build. The list of sentences that state no measurement of the
+    page (NOT_MEASURED) holds no fragment that exempts nothing."""
+    text = (BOOK / page).read_text()
+    exempt = NOT_MEASURED.get(page, {})
+    found, used = unchecked_claims(text, exempt)
+    assert not found, f"{page}: {len(found)} sentences state a measurement that no check quotes; the first:\n" + \
+        "\n".join(f"  line {line}: {sentence}\n    unchecked: {missing}" for line, sentence, missing in found[:5])
+    assert used == set(exempt), f"{page}: NOT_MEASURED fragments that exempt nothing: {set(exempt) - used}"
+    backed = [w for line, block in prose_blocks(text) for s in prose_sentences(block) for w in claim_windows(s)]
+    assert backed and page_checks(text), f"{page}: the rule found nothing to check"

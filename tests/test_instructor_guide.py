@@ -5,34 +5,48 @@ A scratch course (this course's `nbgrader_config.py` with the README's configura
 `solutions/positional_encoding/`) first has `make`'s example class graded in it, by the Makefile's own recipe, then
 releases `positional_encoding` with a due date; one learner fetches and submits it through the exchange (their id is
 this machine's user name) and two come from an LMS's zip through `zip_collect`, one on time with a bug, one late; then
-autograde, feedback, the class report, feedback back through the exchange, and the exports (nbgrader's, Canvas's and
-Moodle's, each read as its LMS reads it) with a learner who never submitted: everywhere only this class's learners.
-Formgrader is started as the README says and answers over HTTP; a cell flagged for manual grading stays flagged until
-a score is typed for it, and the typed score and its status stay when every submission is graded again after a change
-of due date. Every command is taken from the README's text (a test fails when the README stops saying it); only the
-exchange's folder is moved to a temporary one.
+autograde, feedback, the class report, feedback back through the exchange (which names the learners who came another
+way), and the exports (the course's CSV, Canvas's and Moodle's, each read as its LMS reads it) with a learner who never
+submitted: everywhere only this class's learners, and no command prints a SQLAlchemy warning. Formgrader is started as
+the README says and answers over HTTP; a cell flagged for manual grading stays flagged until a score is typed for it,
+and the typed score and its status stay when every submission is graded again after a change of due date; a score
+typed for the late learner leaves her total 0, never below, in the export, the feedback written again and the report.
+Every command is taken from the README's text (a test fails when the README stops saying it); only the exchange's
+folder is moved to a temporary one.
 
 The example class that `make` graded is checked as well: its gradebook's scores, its feedback pages (each mistake
 named, no hidden test shown), each grading's record, and a learner graded again.
+
+Many learners on one machine (docs/instructors.md): the exchange's round again with two real Unix accounts, made for
+the test and removed after it (it needs root, as grading and CI have). Each learner runs nbgrader from an environment
+of the learners' own, readable by every account and without the course's package, in a home of their own; the
+course lives in a folder no learner can enter. Both submissions are collected, each from a folder its learner owns,
+and a submission one learner forges in the other's name is caught by its owner.
 """
 import csv
 import json
 import os
 import pwd
 import re
+import secrets
 import shutil
+import stat
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import time
 import urllib.request
 import zipfile
 from http.cookiejar import CookieJar
+from importlib import metadata
 from pathlib import Path
 
 import nbformat
 import pytest
 from helpers import ROOT, canvas_import, leaks, moodle_import, suite_lines
 from nbgrader.api import Gradebook
+from packaging.requirements import Requirement
 
 from autograder.authoring import variants
 from autograder.classroom import grade
@@ -76,8 +90,8 @@ def config_lines() -> str:
 
 
 class Course:
-    def __init__(self, tmp: Path):
-        self.root, self.exchange = tmp / "course", tmp / "exchange"
+    def __init__(self, tmp: Path, exchange: Path | None = None):
+        self.root, self.exchange = tmp / "course", exchange or tmp / "exchange"
         self.grading = self.root / "_build" / "grading"
         (self.root / "solutions").mkdir(parents=True)
         shutil.copytree(ROOT / "solutions" / ASG, self.root / "solutions" / ASG)
@@ -89,6 +103,7 @@ class Course:
         self.user = pwd.getpwuid(os.getuid()).pw_name        # the exchange's learner id: the user name
         self.learner_home = tmp / "learner"
         self.learner_home.mkdir()
+        self.said: list[tuple[str, str]] = []         # each command run, and what it wrote to stderr
 
     def env(self, home: Path, grading: bool = True) -> dict:
         drop = ("GRADING_DIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR")
@@ -104,6 +119,7 @@ class Course:
         home = self.learner_home if learner else self.home
         r = subprocess.run(["bash", "-c", cmd], cwd=home if learner else self.root,
                            env=self.env(home, grading=not learner), capture_output=True, text=True, timeout=600)
+        self.said.append((cmd, r.stderr))
         if check:
             assert r.returncode == 0, f"{cmd}\n{r.stdout[-3000:]}\n{r.stderr[-6000:]}"
         return r
@@ -156,8 +172,8 @@ def course(tmp_path_factory):
     out["autograde"] = c.run(documented(f"nbgrader autograde {ASG}")).stderr
     c.run(documented(f"nbgrader generate_feedback {ASG}"))
     c.run(documented(f"python -m autograder.classroom.report {ASG}"))
-    r = c.run(documented(f"nbgrader release_feedback {ASG}"), check=False)       # it stops at ben: no secret
-    assert r.returncode and "submission_secret.txt" in r.stderr, r.stderr[-3000:]
+    r = c.run(documented(f"nbgrader release_feedback {ASG}"), check=False)       # ben and cleo have no secret
+    out["release_feedback"] = r
     c.run(documented(f"nbgrader release_feedback {ASG} --CourseDirectory.student_id_exclude=ben,cleo"))
     c.run(documented(f"nbgrader fetch_feedback {ASG} --course=inside-the-transformer --Exchange.root={EXCHANGE}"),
           learner=True)
@@ -175,6 +191,34 @@ def course(tmp_path_factory):
 def _export(c: Course) -> dict[str, dict]:
     with open(c.grading / "grades.csv") as f:
         return {row["student_id"]: row for row in csv.DictReader(f)}
+
+
+def _feedback_total(c: Course, learner: str) -> tuple[float, float | None]:
+    """The total a learner's feedback page says, and the late penalty it lists (None: none)."""
+    page = (c.grading / "feedback" / learner / ASG / f"{ASG}.html").read_text()
+    [total] = re.findall(rf"{ASG} \(Score: (-?[\d.]+) / 11\.0\)", page)
+    penalty = re.findall(r"Late submission penalty \(Score: -(-?[\d.]+)\)", page)
+    return float(total), float(penalty[0]) if penalty else None
+
+
+def test_release_feedback_says_who_came_another_way(course):
+    """ben and cleo came from the LMS's zip: before releasing anything, one error names them and gives the command
+    the README gives, no traceback; the README's command then releases the exchange learner's feedback (below)."""
+    _, out = course
+    r = out["release_feedback"]
+    assert r.returncode and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert "ben, cleo did not submit through the exchange" in r.stderr, r.stderr[-3000:]
+    assert documented(f"nbgrader release_feedback {ASG} --CourseDirectory.student_id_exclude=ben,cleo") in r.stderr
+
+
+def test_no_command_prints_a_sqlalchemy_warning(course):
+    """nbgrader's gradebook gives SQLAlchemy 2 three warnings a new submission (autograde's): the course's configuration
+    silences them, in every command of the round (make's example class included)."""
+    c, _ = course
+    noisy = [cmd for cmd, err in c.said if "SAWarning" in err]
+    assert not noisy, noisy
+    assert [cmd for cmd, _ in c.said if cmd.startswith("nbgrader autograde")]
+    print(f"\n{len(c.said)} commands, none with a SAWarning")
 
 
 def test_make_grades_its_example_class_apart(course):
@@ -340,6 +384,7 @@ def test_late_penalty_and_export(course):
         report = {row["learner"]: row for row in csv.DictReader(f)}
     assert set(report) == {c.user, "ben", "cleo"} and report["cleo"]["total"] == "11"   # before the penalty
     assert report["cleo"]["hours late"] == "17.00" and report["cleo"]["late penalty"] == "11"
+    assert _feedback_total(c, "cleo") == (0.0, 11.0) and _feedback_total(c, "ben")[1] is None
 
 
 def test_lms_grade_books(course):
@@ -367,7 +412,8 @@ def _report(c: Course) -> dict[str, dict]:
 def test_formgrader_and_manual_grade(course):
     """A flagged cell waits for a typed score in formgrader (the report says so); the typed score counts, and it and
     its status stay when, after a change of due date, every submission is graded again as the README says (the new
-    due date applied: cleo is no longer late)."""
+    due date applied: cleo is no longer late). A score typed for cleo while she is late (the `zero` policy) leaves her
+    total 0 at every step, never below: the export, the feedback written again as the guide says, the report."""
     c, _ = course
     cmd = documented("jupyter server --no-browser")
     port, token = free_port(), "instructor-guide"
@@ -415,6 +461,22 @@ def test_formgrader_and_manual_grade(course):
         assert now["needs_manual_grade"] is False and now["score"] == pytest.approx(now["max_score"] - 4 + 2)
         assert provisional < 2
 
+        # cleo, late: half a point off a part of hers, typed in formgrader
+        assert {s["student"]: s for s in api(f"/formgrader/api/submissions/{ASG}")}["cleo"]["score"] == 11
+        with Gradebook(f"sqlite:///{c.grading / 'gradebook.db'}") as gb:
+            rope = gb.find_grade("rope_tests", ASG, ASG, "cleo").id
+        assert api(f"/formgrader/api/grade/{rope}", b'{"manual_score": 3.5, "extra_credit": 0}')["manual_score"] == 3.5
+        c.run(documented("nbgrader export --to=_build/grading/grades.csv"))
+        cleo = _export(c)["cleo"]
+        assert (float(cleo["raw_score"]), float(cleo["late_submission_penalty"]), float(cleo["score"])) == \
+            (10.5, 10.5, 0), cleo
+        c.run(documented(f"nbgrader generate_feedback {ASG} --force"))
+        assert _feedback_total(c, "cleo") == (0.0, 10.5)             # not -0.5: 10.5 less the 11 autograde stored
+        assert (_report(c)["cleo"]["total"], _report(c)["cleo"]["late penalty"]) == ("10.5", "10.5")
+        print(f"\ncleo, late, after a typed score: feedback {_feedback_total(c, 'cleo')[0]:g} / 11, export "
+              f"{float(cleo['score']):g} (raw {float(cleo['raw_score']):g}, penalty "
+              f"{float(cleo['late_submission_penalty']):g})")
+
         # a day's grace: the due date moved, every submission graded again
         c.run(documented(f'nbgrader db assignment add {ASG} --duedate="2026-12-15 17:00:00 Europe/Berlin"')
               .replace("2026-12-15", "2026-12-16"))
@@ -432,6 +494,222 @@ def test_formgrader_and_manual_grade(course):
     c.run(documented("nbgrader export --to=_build/grading/grades.csv"))
     rows = _export(c)
     assert float(rows["ben"]["score"]) == 9
-    assert (float(rows["cleo"]["late_submission_penalty"]), float(rows["cleo"]["score"])) == (0, 11)
+    assert (float(rows["cleo"]["late_submission_penalty"]), float(rows["cleo"]["score"])) == (0, 10.5)
     report = _report(c)
     assert report["ben"]["status"] == "graded" and report["cleo"]["hours late"] == ""
+    c.run(documented(f"nbgrader generate_feedback {ASG} --force"))
+    assert _feedback_total(c, "cleo") == (10.5, None)
+
+
+# -- many learners on one machine: the exchange between real Unix accounts -----------------------------------------
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _learner_distributions() -> list[metadata.Distribution]:
+    """nbgrader and every distribution it needs (extras included: nbconvert's bleach[css]), as installed for the
+    course."""
+    installed: dict[str, metadata.Distribution] = {}
+    for d in metadata.distributions():                          # the first on sys.path, as import finds it
+        installed.setdefault(_normal(d.metadata["Name"]), d)
+    seen: dict[str, metadata.Distribution] = {}
+    done: set[tuple[str, str]] = set()
+    todo = [("nbgrader", "")]
+    while todo:
+        name, extra = todo.pop()
+        key = _normal(name)
+        if (key, extra) in done or key not in installed:       # one not installed is missing for the course too
+            continue
+        done.add((key, extra))
+        seen[key] = dist = installed[key]
+        for line in dist.requires or []:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate({"extra": extra}):
+                todo += [(req.name, "")] + [(req.name, e) for e in req.extras]
+    return list(seen.values())
+
+
+def _as_learner(user: str, cmd: str, home: Path, path: Path) -> subprocess.CompletedProcess:
+    """`cmd` run by the Unix account `user` (runuser), from its home, with only `path` before the system's PATH."""
+    env = ["env", "-i", f"HOME={home}", f"USER={user}", f"LOGNAME={user}", "LANG=C.UTF-8",
+           f"PATH={path}:/usr/local/bin:/usr/bin:/bin"]
+    return subprocess.run(["runuser", "-u", user, "--", *env, "bash", "-c", cmd], cwd=home,
+                          capture_output=True, text=True, timeout=300)
+
+
+class SharedMachine:
+    """Two learners' accounts, an environment of the learners' own in a system-like folder, a course in a home
+    that no learner can enter, and the exchange where the guide puts it, all under one folder that everyone may
+    traverse (pytest's temporary folders are for root alone)."""
+
+    def __init__(self):
+        self.top = Path(tempfile.mkdtemp(prefix="shared-machine-"))
+        self.top.chmod(0o755)
+        tag = secrets.token_hex(3)
+        self.learners = [f"ada{tag}", f"bea{tag}"]
+        self.homes = {u: self.top / "home" / u for u in self.learners}
+        self.created: list[str] = []
+        (self.top / "home").mkdir(mode=0o755)
+        (self.top / "home").chmod(0o755)
+        instructor = self.top / "instructor"
+        instructor.mkdir(mode=0o700)
+        exchange = self.top / "srv" / "exchange"                 # the guide's /srv/nbgrader/exchange
+        exchange.parent.mkdir(mode=0o755)
+        exchange.parent.chmod(0o755)                               # root's, as /srv is; release makes exchange/
+        self.course = Course(instructor, exchange=exchange)
+        self.env = self.top / "opt" / "inside-the-transformer"
+
+    def add_learners(self):
+        for user in self.learners:
+            r = subprocess.run(["useradd", "--create-home", "--home-dir", str(self.homes[user]), "--shell", "/bin/bash",
+                                user], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            self.created.append(user)
+
+    def python(self) -> str:
+        """A Python of the course's version that a learner can run: the course's own interpreter where a second
+        account can read it, else the system's."""
+        want = "{}.{}".format(*sys.version_info[:2])
+        tried = []
+        for candidate in (os.path.realpath(sys._base_executable), f"/usr/bin/python{want}",
+                          f"/usr/local/bin/python{want}"):
+            if candidate in tried or not os.path.exists(candidate):
+                continue
+            tried.append(candidate)
+            r = _as_learner(self.learners[0], f"{candidate} -c 'import sys; print(*sys.version_info[:2], sep=\".\")'",
+                            self.homes[self.learners[0]], Path("/nonexistent"))
+            if r.stdout.strip() == want:
+                return candidate
+        pytest.fail(f"no Python {want} that another account can run (tried {', '.join(tried)}): the course's own "
+                    f"interpreter is in a folder only its owner can read; install the system's (apt-get install "
+                    f"python{want})")
+
+    def learners_environment(self, python: str):
+        """The guide's /opt/inside-the-transformer, without a network: a venv of `python`, and the course's nbgrader
+        with its dependencies copied in as pip installed them (RECORD), nothing of the course's own package."""
+        subprocess.run([python, "-m", "venv", "--without-pip", str(self.env)], check=True, capture_output=True)
+        site = sysconfig.get_paths()["purelib"]
+        [target] = self.env.glob("lib/python*/site-packages")
+        for dist in _learner_distributions():
+            assert dist.files is not None, f"{dist.metadata['Name']} has no RECORD"
+            for f in dist.files:
+                src = os.path.normpath(dist.locate_file(f))
+                if src.startswith(site + os.sep) and os.path.isfile(src):     # not the scripts in bin/
+                    dest = target / os.path.relpath(src, site)
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, dest)
+        script = self.env / "bin" / "nbgrader"                  # the console script pip writes
+        script.write_text(f"#!{self.env / 'bin' / 'python'}\nimport sys\nfrom nbgrader.apps.nbgraderapp import main\n"
+                          "sys.exit(main())\n")
+        script.chmod(0o755)
+        subprocess.run(["chmod", "-R", "u=rwX,go=rX", str(self.top / "opt")], check=True)
+
+    def learner(self, user: str, cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+        r = _as_learner(user, cmd.replace(EXCHANGE, str(self.course.exchange)), self.homes[user], self.env / "bin")
+        if check:
+            assert r.returncode == 0, f"{user}: {cmd}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+        return r
+
+    def remove(self):
+        """Every account made, with its home and group, and the whole folder; then say which account outlived it."""
+        for user in self.created:
+            subprocess.run(["userdel", "--remove", user], capture_output=True)
+        shutil.rmtree(self.top, ignore_errors=True)
+        left = [user for user in self.created if user in {p.pw_name for p in pwd.getpwall()}]
+        assert not left, f"accounts still there: {left}"
+
+
+def _inbound(m: SharedMachine) -> Path:
+    return m.course.exchange / "inside-the-transformer" / "inbound"
+
+
+@pytest.fixture(scope="module")
+def shared_machine():
+    """The exchange's round as the guide's "Many learners on one machine" says: the instructor (root) releases,
+    two learners' accounts fetch and each submit their own notebook, the instructor collects."""
+    if os.geteuid() != 0:
+        pytest.skip("creating Unix accounts needs root (grading and CI run as root)")
+    for tool in ("useradd", "userdel", "runuser"):
+        assert shutil.which(tool), f"{tool} is missing: Debian's passwd and util-linux packages provide it"
+    m = SharedMachine()
+    t0 = time.monotonic()
+    out = {}
+    try:
+        m.add_learners()
+        m.learners_environment(out.setdefault("python", m.python()))
+        c = m.course
+        c.run(documented(f"nbgrader generate_assignment {ASG} --force"))
+        c.run(documented(f"nbgrader release_assignment {ASG}"))
+        where = f"--course=inside-the-transformer --Exchange.root={EXCHANGE}"
+        fetch = documented(f"nbgrader fetch_assignment {ASG} {where}")
+        submit = documented(f"nbgrader submit {ASG} {where}")
+        for user in m.learners:
+            m.learner(user, fetch)
+            # each learner writes their own answer: a line that names them in the first cell they are to fill in
+            m.learner(user, f"""python - <<'END'
+import nbformat
+path = "{ASG}/{ASG}.ipynb"
+nb = nbformat.read(path, as_version=4)
+cell = next(c for c in nb.cells if c.get("metadata", {{}}).get("nbgrader", {{}}).get("solution"))
+cell.source += "\\n# the answer of {user}"
+nbformat.write(nb, path)
+END""")
+            m.learner(user, submit)
+        out["inbound"] = {p.name: p.stat() for p in _inbound(m).iterdir()}
+        out["collect"] = c.run(documented(f"nbgrader collect {ASG}")).stderr
+        out["seconds"] = time.monotonic() - t0
+        print(f"\nthe exchange between two Unix accounts ({', '.join(m.learners)}; the learners' Python "
+              f"{out['python']}): {out['seconds']:.0f} s")
+        yield m, out
+    finally:
+        m.remove()
+
+
+def test_each_learner_runs_the_exchange_as_themselves(shared_machine):
+    """The learners' environment is one they can run and the course's package is not in it; the release is theirs to
+    read and the submissions of others are not theirs to list."""
+    m, out = shared_machine
+    for user in m.learners:
+        assert (m.homes[user] / ASG / f"{ASG}.ipynb").stat().st_uid == pwd.getpwnam(user).pw_uid
+    r = m.learner(m.learners[0], "python -c 'import nbgrader, sys; print(sys.prefix)'")
+    assert r.stdout.strip() == str(m.env), r.stdout
+    r = m.learner(m.learners[0], "python -c 'import autograder'", check=False)
+    assert r.returncode and "No module named 'autograder'" in r.stderr, r.stderr[-2000:]
+    r = m.learner(m.learners[0], f"ls {_inbound(m)}", check=False)
+    assert r.returncode and "Permission denied" in r.stderr, (r.stdout, r.stderr)
+    r = m.learner(m.learners[0], f"ls {m.course.root}", check=False)
+    assert r.returncode and "Permission denied" in r.stderr, (r.stdout, r.stderr)
+
+
+def test_the_exchange_has_nbgraders_modes(shared_machine):
+    m, _ = shared_machine
+    course = m.course.exchange / "inside-the-transformer"
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (m.course.exchange, course, course / "outbound",
+                                                              course / "inbound")}
+    assert modes == {"exchange": 0o777, "inside-the-transformer": 0o755, "outbound": 0o755, "inbound": 0o2733}, \
+        {k: oct(v) for k, v in modes.items()}
+
+
+def test_both_submissions_are_collected_each_owned_by_its_learner(shared_machine):
+    m, out = shared_machine
+    owners = {name.split("+")[0]: pwd.getpwuid(st.st_uid).pw_name for name, st in out["inbound"].items()}
+    assert owners == {u: u for u in m.learners}, owners
+    assert "cheating attempt" not in out["collect"], out["collect"][-3000:]
+    assert out["collect"].count("Collecting submission") == 2, out["collect"][-3000:]
+    for user in m.learners:
+        nb = (m.course.grading / "submitted" / user / ASG / f"{ASG}.ipynb").read_text()
+        assert [u for u in m.learners if f"# the answer of {u}" in nb] == [user]
+
+
+def test_a_submission_in_another_learners_name_is_caught(shared_machine):
+    """ada drops a later submission named for bea into the inbound folder (which she may write to): collect takes it
+    as bea's newest, and says it belongs to ada."""
+    m, _ = shared_machine
+    ada, bea = m.learners
+    when = time.strftime("%Y-%m-%d %H:%M:%S.000000 UTC", time.gmtime(time.time() + 60))
+    forged = _inbound(m) / f"{bea}+{ASG}+{when}+forged"
+    m.learner(ada, f"mkdir '{forged}' && cp {ASG}/{ASG}.ipynb '{forged}/' && echo '{when}' > '{forged}/timestamp.txt'")
+    assert pwd.getpwuid(forged.stat().st_uid).pw_name == ada
+    err = m.course.run(f"nbgrader collect --update {ASG}").stderr
+    assert f"claims to be submitted by {bea} but is owned by {ada}; cheating attempt?" in err, err[-3000:]
