@@ -28,7 +28,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from autograder import config
+from autograder import config, exercises
 from autograder.authoring import variants
 from autograder.classroom import grade
 from autograder.notebooks import learner_cells, read, source_notebook
@@ -48,7 +48,7 @@ SDPA, BLOCKWISE = "scaled_dot_product_attention", "blockwise_attention"
 ATTENTION = {v.name: v.cells for v in variants.load("attention")}
 MIB = 2 ** 20
 
-# Loops over positions for the assignments whose known mistakes have none: correct values, one call per position.
+# Correct values, one call per position (a known mistake of no exercise's variants).
 BLOCK_LOOP = variants.reference_sources("residual")["TransformerBlock"].replace(
     "            x = x + self.ff(self.norm2(x))\n",
     "            x = x + torch.cat([self.ff(self.norm2(x[:, t:t + 1])) for t in range(x.shape[1])], dim=1)\n")
@@ -56,35 +56,30 @@ TINY_LOOP = variants.reference_sources("transformer")["TinyTransformer"].replace
     "        return self.head(self.norm(x))",
     "        return torch.cat([self.head(self.norm(x[:, t:t + 1])) for t in range(T)], dim=1)")
 
-# learner -> (assignment, the solution cells that differ from the reference, what it is)
-CLASS = {
-    "attention": {
-        "ref": ({}, "the reference solution"),
-        "einsum": (ATTENTION["softmax_einsum"], "correct: einsum, torch.softmax, a list-based blockwise loop"),
-        "where": (ATTENTION["where_and_head_loop"], "correct: torch.where masks, a loop over heads, float64 blocks"),
-        "qloop": (ATTENTION["sdpa_query_loop"], "a loop over query positions in scaled_dot_product_attention"),
-        "full": (ATTENTION["blockwise_full_matrix"], "blockwise_attention builds the whole score matrix"),
-        "unseen": (ATTENTION["blockwise_full_matrix_unseen"], "the whole matrix, then empty_cache and "
-                                                              "reset_peak_memory_stats"),
-    },
-    "residual": {
-        "ref": ({}, "the reference solution"),
-        "modules": (next(v.cells for v in variants.load("residual") if v.name == "rsqrt_and_modules"),
-                    "correct: rsqrt and nn modules"),
-        "ploop": ({"TransformerBlock": BLOCK_LOOP}, "the feed-forward applied one position at a time"),
-    },
-    "transformer": {
-        "ref": ({}, "the reference solution"),
-        "nanogpt": (next(v.cells for v in variants.load("transformer") if v.name == "nanogpt_names"),
-                    "correct: nanoGPT's names"),
-        "ploop": ({"TinyTransformer": TINY_LOOP}, "the output head applied one position at a time"),
-    },
-    "positional_encoding": {
-        "ref": ({}, "the reference solution"),
-        "explog": (next(v.cells for v in variants.load("positional_encoding") if v.name == "exp_log_frequencies"),
-                   "correct: frequencies as exp(-log(base) 2i/d)"),
-    },
+# Loops over positions for the assignments whose known mistakes have none.
+EXTRA = {
+    "residual": {"ploop": ({"TransformerBlock": BLOCK_LOOP}, "the feed-forward applied one position at a time")},
+    "transformer": {"ploop": ({"TinyTransformer": TINY_LOOP}, "the output head applied one position at a time")},
 }
+
+
+def known_class(per_exercise: int = 2) -> dict:
+    """assignment -> learner -> (the solution cells that differ from the reference, what it is): for every exercise,
+    the reference, its first correct alternatives, its first known speed and memory mistakes (what a GPU changes)."""
+    out: dict = {}
+    for asg in exercises.names():
+        known = variants.load(asg)
+        correct = [v for v in known if isinstance(v, variants.Correct)][:per_exercise]
+        costly = [v for kind in ("speed", "memory")
+                  for v in [v for v in known if isinstance(v, variants.Bug) and v.kind == kind][:per_exercise]]
+        out[asg] = {"ref": ({}, "the reference solution"),
+                    **{v.name: (v.cells, f"correct: {v.about or v.name}") for v in correct},
+                    **{v.name: (v.cells, f"{v.kind}: {v.about or v.name}") for v in costly},
+                    **EXTRA.get(asg, {})}
+    return out
+
+
+CLASS = known_class()
 
 
 def device() -> str:

@@ -19,13 +19,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main():
+    from autograder import exercises
     from autograder.authoring import variants
     from autograder.classroom import grade_examples
     from autograder.verdict import hidden
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gradings", type=int, default=20)
-    ap.add_argument("--assignments", nargs="*", default=["positional_encoding", "attention", "residual", "transformer"])
+    ap.add_argument("--assignments", nargs="*", default=exercises.names())
     ap.add_argument("-k", default="")
     ap.add_argument("--out", help="write the table here too")
     a = ap.parse_args()

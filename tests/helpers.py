@@ -16,13 +16,13 @@ from pathlib import Path
 import nbformat
 import psutil
 
-from autograder import notebooks
+from autograder import exercises, notebooks
 from autograder.authoring import variants
 from autograder.classroom import grade
 from autograder.verdict import hidden
 
 ROOT = Path(__file__).resolve().parent.parent
-ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").exists())
+ASSIGNMENTS = exercises.names()
 
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # Headless, and quiet: without these Chromium calls Google's hosts (updates, sync, field trials).

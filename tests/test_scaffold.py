@@ -32,6 +32,10 @@ def test_a_new_exercise_from_the_scaffold_passes_the_course_s_tests(tmp_path):
     run("-m", "autograder.authoring.criteria", "demo")
     run("-m", "autograder.authoring.release", "demo")
     assert (course / "exercises" / "demo" / "demo.ipynb").exists()
+    # The course lists it wherever it goes over every exercise: its files, and nothing else, made it one.
+    listed = run("-m", "autograder.exercises").split()
+    assert "demo" in listed, listed
+    assert run("-c", "from autograder import exercises; print(exercises.get('demo').missing())").strip() == "[]"
     # Every test of the course that checks an exercise, as `make test-exercise` runs them (with this course's
     # environment: the copy has none of its own).
     r = subprocess.run(["make", "-s", "test-exercise", "ASG=demo", f"VENV={ROOT / '.venv'}"], cwd=course, env=env,
