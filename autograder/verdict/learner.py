@@ -169,6 +169,21 @@ class Learner:
         self.held_at_start = measure.held(self)       # torch imported, no learner code run yet
         self.gpu_at_start = measure.gpu_memory(self.sandbox.pids()) if self.limits.gpu else None
 
+    def _imported(self):
+        """The worker imported the modules the learner's cells import (`learner_imports`), no learner code run yet:
+        what its sandbox holds now is the baseline of `measure.held_since_start`, then it may run the cells."""
+        try:
+            msg = self._read(self._left(self.settings.cell_timeout), during="while importing your cells' modules")
+        except WorkerDied as e:
+            raise GraderFault(f"the grader's worker failed while importing the modules your cells import ({e})") \
+                from None
+        if msg != {"imported": True}:
+            self._die()
+            raise GraderFault(f"the grader's worker answered {str(msg)[:200]!r} where it should have imported modules")
+        self.held_at_start = measure.held(self)
+        assert self.proc is not None and self.proc.stdin is not None
+        write_message(self.proc.stdin.fileno(), {"go": True})
+
     def start(self):
         """Give a worker the cells to load (spawning one unless one waits); a cell that kills or hangs it is
         left out, and the names it defines fail with that reason, so the rest of the notebook is still graded.
@@ -187,9 +202,10 @@ class Learner:
                 self.spawn()
             self.spawned = False
             assert self.proc is not None and self.proc.stdin is not None     # spawned just now, with a pipe
+            imports = learner_imports(self.cells, self.modules) if self.guarded else []
             try:
                 write_message(self.proc.stdin.fileno(),
-                              {"cells": [c for c in self.cells if c["id"] not in self.broken_cells],
+                              {"cells": [c for c in self.cells if c["id"] not in self.broken_cells], "imports": imports,
                                "refuse": None if self.refuse is None else list(self.refuse),
                                "policy": None if not self.guarded else policy.runtime(
                                    self.library or policy.COURSE_LIBRARY if self.role == "learner" else None,
@@ -198,6 +214,8 @@ class Learner:
             except OSError as e:           # it ended before it read them: no learner code has run
                 self._die()
                 raise GraderFault(f"the grader's worker ended before it received your cells ({e})") from None
+            if imports:
+                self._imported()
             loading = None
             try:
                 while True:
@@ -541,7 +559,7 @@ class ModuleProxy:
 
 
 def _unfinished_message(seconds: float, during: str) -> str:
-    return f"your code did not finish within {seconds:g} s {during} (an infinite loop, or far too slow?)"
+    return f"your code did not finish within {round(seconds, 1):g} s {during} (an infinite loop, or far too slow?)"
 
 
 def _death_message(code, during: str) -> str:
@@ -554,3 +572,31 @@ def _death_message(code, during: str) -> str:
         return f"your code crashed the process {during} (signal {-code})"
     return (f"your code ended the process {during} (exit code {code}): remove calls to sys.exit, "
             "os._exit or quit() from your solution")
+
+
+IMPORTS_AHEAD = 16     # modules at most that a worker imports for the learner before its baseline memory is read
+
+
+def learner_imports(cells: list[dict], modules: tuple[str, ...] = ()) -> list[str]:
+    """The modules the policy allows that the learner's cells import, as their source names them (read here, with
+    `ast`): the worker imports them before its baseline memory is read, so a module's own memory (matplotlib's, some
+    25 MiB) is not counted as the learner's, while everything their code makes still is."""
+    import ast
+
+    from autograder.notebooks import as_python
+
+    found: dict[str, None] = {}
+    for cell in cells:
+        try:
+            tree = ast.parse(as_python(cell["source"]))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            found.update((n, None) for n in names if policy.allowed(n, modules))
+    return list(found)[:IMPORTS_AHEAD]

@@ -231,6 +231,20 @@ SDPA = "scaled_dot_product_attention"
 MHA = "MultiHeadAttention"
 BLOCK = "blockwise_attention"
 
+SELF_CHECK_AND_PLOT = """
+
+# a self-check against torch's own attention, and a look at the weights (only when the cell runs)
+import matplotlib.pyplot as plt
+import torch.nn.functional as F
+
+_q, _k, _v = torch.randn(3, 2, 6, 8).unbind(0)
+_causal = torch.ones(6, 6, dtype=torch.bool).tril()
+_out, _w = scaled_dot_product_attention(_q, _k, _v, _causal)
+assert torch.allclose(_out, F.scaled_dot_product_attention(_q, _k, _v, attn_mask=_causal), atol=1e-6)
+plt.imshow(_w[0], cmap="Blues")
+plt.title("causal attention weights")
+plt.show()
+"""
 MHA_HONEST_IDIOMS = """import functools
 import operator
 import types
@@ -274,6 +288,9 @@ VARIANTS = [
                                     BLOCK: BLOCKWISE_F64},
             "torch.where masks, a loop over heads, blockwise attention accumulated in float64"),
     Correct("log_sum_exp_state", {BLOCK: BLOCKWISE_LSE}, "an online softmax that keeps the log of the running sum"),
+    Correct("self_check_and_plot", {SDPA: SDPA_SOFTMAX + SELF_CHECK_AND_PLOT},
+            "the cell ends with a self-check against torch's attention and a matplotlib plot of the weights: "
+            "matplotlib's own memory is not the blockwise part's"),
     Correct("honest_idioms", {MHA: MHA_HONEST_IDIOMS},
             "a forward-reference type hint, a dict key 'attention', nn.Module.__init__(self) with a lambda, "
             "functools.reduce(operator.mul, ...), types.SimpleNamespace, print under `if DEBUG:`"),
