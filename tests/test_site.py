@@ -429,17 +429,25 @@ def test_graph_page_folds_a_group_shows_a_node_and_searches(context, server):
         drawn(4)
         assert page.locator(".graph-count").inner_text() == "2 found"
         assert page.locator(".graph-view g.graph-hit").count() == 2
-        page.locator(".graph-view g.node", has_text="masked_fill").last.click()
+        page.press(".graph-search", "Enter")                   # the view moves to the second one, in blocks.1
+        hit = page.locator(".graph-view g.graph-hit").last.bounding_box()
+        view = page.locator(".graph-view").bounding_box()
+        assert view["x"] < hit["x"] + hit["width"] / 2 < view["x"] + view["width"], (hit, view)
+        assert view["y"] < hit["y"] + hit["height"] / 2 < view["y"] + view["height"], (hit, view)
+        chosen = page.locator(".graph-view g.graph-hit").last
+        chosen.click()
         info = page.locator(".graph-info")
         text = info.inner_text()
-        assert "aten.masked_fill" in text and "(B, n_heads, L, " in text and "blocks.1.attn" in text, text
-        box, view = info.bounding_box(), page.locator(".graph-view").bounding_box()
-        assert box and view and box["x"] >= view["x"] + view["width"] - 1, (box, view)    # beside the graph
-        assert 0 <= box["y"] < page.viewport_size["height"], box                          # and in sight
+        assert "aten.bitwise_not" in text and "(L, L)" in text and "blocks.1.attn" in text, text
+        box, node = info.bounding_box(), chosen.bounding_box()
+        # over the graph's top right corner, in sight, and not over the node it describes
+        assert view["x"] + view["width"] / 2 <= box["x"] and box["x"] + box["width"] <= view["x"] + view["width"] + 1
+        assert view["y"] <= box["y"] < view["y"] + 30 and 0 <= box["y"] < page.viewport_size["height"], (box, view)
+        assert node["x"] + node["width"] <= box["x"] or node["y"] >= box["y"] + box["height"], (node, box)
         assert page.evaluate(PANEL)["keys_on_one_line"], page.evaluate(PANEL)
         page.click("button.graph-expand")                      # everything drawn: the node still shown, and marked
         drawn(5)
-        assert "aten.masked_fill" in info.inner_text() and page.locator(".graph-view g.graph-selected").count() == 1
+        assert "aten.bitwise_not" in info.inner_text() and page.locator(".graph-view g.graph-selected").count() == 1
         page.click("button.graph-collapse")                    # the node folded away: the panel says what to do
         drawn(6)
         assert info.inner_text() == "Click a node to see what it computes."
@@ -452,3 +460,210 @@ def test_graph_page_folds_a_group_shows_a_node_and_searches(context, server):
     assert not watch.errors, "console errors:\n" + "\n".join(watch.errors)
     assert not watch.external, f"requested other hosts: {watch.external}"
     assert not watch.failed, "requests of the site that failed:\n" + "\n".join(watch.failed)
+
+
+# --- the graph page's room, zoom and pan; narrow screens (a phone, 390 px) ------------------------------------------
+
+PHONE = {"width": 390, "height": 844}
+SIZES = {"1280": "context", "390": "phone"}
+
+# The graph page's layout: the article's content width (inside its padding) and the graph's frame.
+GRAPH_LAYOUT = r"""() => {
+    const art = document.querySelector("article.bd-article"), s = getComputedStyle(art);
+    return {content: art.clientWidth - parseFloat(s.paddingLeft) - parseFloat(s.paddingRight),
+            graph: document.querySelector(".graph-view").getBoundingClientRect().width,
+            secondary_sidebar: !!document.querySelector(".bd-sidebar-secondary"),
+            sidebar_buttons: [...document.querySelectorAll("button.secondary-toggle")]
+                .filter(b => b.getClientRects().length > 0).length};
+}"""
+
+# The labels of the graph as drawn on the screen, in CSS px: each text's font size in the drawing, scaled by the
+# drawing's transform to the screen (which the viewBox, the camera, sets).
+LABEL_PX = r"""() => {
+    const px = [...document.querySelectorAll(".graph-view svg text")]
+        .map(t => parseFloat(t.getAttribute("font-size")) * t.getScreenCTM().a);
+    return {labels: px.length, smallest: Math.min(...px), largest: Math.max(...px)};
+}"""
+
+VIEWBOX = "() => document.querySelector('.graph-view svg').getAttribute('viewBox').split(' ').map(Number)"
+
+# What scrolls sideways: the document, and the boxes that scroll inside it. The outermost element wider than the
+# window is named, so that a failure says what pushed the page. Images of cell outputs (plots) and their scale.
+SIDEWAYS = r"""() => {
+    const d = document.documentElement, vw = d.clientWidth;
+    const over = [...document.querySelectorAll("body *")].filter(e => e.getBoundingClientRect().right > vw + 1);
+    const say = e => `${e.tagName.toLowerCase()}.${[...e.classList].join(".")} `
+                     + `to ${Math.round(e.getBoundingClientRect().right)} px`;
+    const outer = over.filter(e => !over.includes(e.parentElement)).slice(0, 5).map(say);
+    const scrolls = sel => [...document.querySelectorAll(sel)].filter(e => e.scrollWidth > e.clientWidth + 1 &&
+        ["auto", "scroll"].includes(getComputedStyle(e).overflowX)).length;
+    const plots = [...document.querySelectorAll("div.cell_output img")];
+    return {scroll_width: d.scrollWidth, width: vw, outer,
+            tables: document.querySelectorAll("article table").length,
+            tables_scrolling: scrolls(".pst-scrollable-table-container"),
+            equations: document.querySelectorAll("mjx-container[display='true']").length,
+            equations_scrolling: scrolls("mjx-container[display='true']"),
+            plots: plots.length,
+            plot_scale: plots.map(i => i.getBoundingClientRect().width / i.naturalWidth)};
+}"""
+
+
+@pytest.fixture(scope="module")
+def phone(browser, server):
+    """A phone: 390 x 844 CSS px, touch, the page's own viewport meta tag honoured; nothing leaves 127.0.0.1."""
+    ctx = browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True, service_workers="block")
+    ctx.set_default_timeout(20_000)
+    ctx.route(lambda url: not _local(url), lambda route: route.abort("blockedbyclient"))
+    yield ctx
+    ctx.close()
+
+
+def _graph_page(ctx, server):
+    page = ctx.new_page()
+    watch = Watch(page)
+    page.goto(server.url + "book/network_graph.html", wait_until="load")
+    page.wait_for_selector(".graph-explorer[data-drawn='1']")
+    return page, watch
+
+
+def test_graph_page_gives_the_graph_the_full_width_at_1280_px(context, server, tmp_path):
+    """At 1280 px the page has no right-hand sidebar and the graph spans the article's width, the details panel over
+    its corner instead of beside it."""
+    page, watch = _graph_page(context, server)
+    try:
+        seen = page.evaluate(GRAPH_LAYOUT)
+        page.screenshot(path=tmp_path / "graph-1280.png")
+    finally:
+        page.close()
+    assert not seen["secondary_sidebar"], seen
+    assert seen["content"] >= 800, seen                  # the article is not capped for a sidebar it does not have
+    assert seen["graph"] >= 0.8 * seen["content"], seen
+    assert not watch.errors, "console errors:\n" + "\n".join(watch.errors)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_graph_labels_are_readable_once_a_block_is_open(request, server, tmp_path, size):
+    """The view opens a block where it was clicked (tapped, on a phone) at a scale where every label is at least
+    11 CSS px; at 390 px the graph is then wider or taller than the screen and is panned."""
+    ctx = request.getfixturevalue(SIZES[size])
+    page, watch = _graph_page(ctx, server)
+    try:
+        folded = page.locator(".graph-view g.node", has_text="blocks.0 · TransformerBlock")
+        if size == "390":
+            folded.tap()
+        else:
+            folded.click()
+        page.wait_for_selector(".graph-explorer[data-drawn='2']")
+        seen = page.evaluate(LABEL_PX)
+        layout = page.evaluate(GRAPH_LAYOUT)
+        page.screenshot(path=tmp_path / f"graph-{size}-block-open.png")
+        opened = page.locator(".graph-view g.cluster", has_text="blocks.0 · TransformerBlock").bounding_box()
+        view = page.locator(".graph-view").bounding_box()
+    finally:
+        page.close()
+    assert seen["labels"] > 40 and seen["smallest"] >= 11, seen
+    assert layout["graph"] >= 0.99 * layout["content"], layout
+    assert not layout["sidebar_buttons"], f"a button for a sidebar the page does not have: {layout}"
+    assert opened["y"] < view["y"] + view["height"] and opened["y"] + opened["height"] > view["y"], (opened, view)
+    assert not watch.errors, "console errors:\n" + "\n".join(watch.errors)
+
+
+def test_graph_zooms_pans_and_resets_with_the_mouse(context, server):
+    """The + and − buttons and the wheel zoom (the viewBox shrinks or grows, about the pointer for the wheel), a drag
+    pans (the viewBox moves, same size) and is not a click, and reset goes back to the starting view."""
+    page, watch = _graph_page(context, server)
+    try:
+        start = page.evaluate(VIEWBOX)
+        page.click("button.graph-zoom-in")
+        zin = page.evaluate(VIEWBOX)
+        page.click("button.graph-zoom-out")
+        page.click("button.graph-zoom-out")
+        zout = page.evaluate(VIEWBOX)
+        page.locator(".graph-view").scroll_into_view_if_needed()
+        box = page.locator(".graph-view").bounding_box()
+        x, y = box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.5
+        before = page.locator(".graph-view svg").get_attribute("viewBox")
+        page.mouse.move(x, y)
+        page.mouse.wheel(0, -300)                          # wheel up: in
+        page.wait_for_function("vb => document.querySelector('.graph-view svg').getAttribute('viewBox') !== vb",
+                               arg=before)
+        wheel = page.evaluate(VIEWBOX)
+        page.mouse.move(x, y)
+        page.mouse.down()
+        page.mouse.move(x + 60, y + 40, steps=6)
+        page.mouse.up()
+        dragged = page.evaluate(VIEWBOX)
+        drawn = page.locator(".graph-explorer").get_attribute("data-drawn")
+        page.click("button.graph-reset")
+        back = page.evaluate(VIEWBOX)
+    finally:
+        page.close()
+    assert zin[2] == pytest.approx(start[2] / 1.25, rel=0.01) and zin[3] == pytest.approx(start[3] / 1.25, rel=0.01)
+    assert zout[2] == pytest.approx(start[2] * 1.25, rel=0.01), (start, zout)
+    assert wheel[2] < zout[2] * 0.8, (zout, wheel)
+    # the point under the pointer stays under it: x + 0.3 * width of the view in the drawing's points
+    assert wheel[0] + 0.3 * wheel[2] == pytest.approx(zout[0] + 0.3 * zout[2], abs=1), (zout, wheel)
+    assert dragged[2:] == wheel[2:] and dragged[0] < wheel[0] and dragged[1] < wheel[1], (wheel, dragged)
+    assert drawn == "1", "the drag was taken for a click"
+    assert back == start, (start, back)
+    assert not watch.errors, "console errors:\n" + "\n".join(watch.errors)
+
+
+def test_graph_pans_and_pinches_by_touch(phone, server):
+    """On a phone one finger pans the graph and two fingers pinch it larger; reset goes back to the starting view.
+    The touches are Chromium's own touch input (DevTools' Input.dispatchTouchEvent)."""
+    page, watch = _graph_page(phone, server)
+    try:
+        cdp = phone.new_cdp_session(page)
+        page.locator(".graph-view").scroll_into_view_if_needed()
+        box = page.locator(".graph-view").bounding_box()
+        cx, cy = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+
+        def touch(kind, *points):
+            cdp.send("Input.dispatchTouchEvent", {"type": kind, "touchPoints": [
+                {"x": x, "y": y, "id": i} for i, (x, y) in enumerate(points)]})
+
+        start = page.evaluate(VIEWBOX)
+        touch("touchStart", (cx, cy))
+        for k in range(1, 6):
+            touch("touchMove", (cx - 12 * k, cy - 16 * k))
+        touch("touchEnd")
+        panned = page.evaluate(VIEWBOX)
+        touch("touchStart", (cx - 30, cy), (cx + 30, cy))
+        for k in range(1, 6):
+            touch("touchMove", (cx - 30 - 14 * k, cy), (cx + 30 + 14 * k, cy))
+        touch("touchEnd")
+        pinched = page.evaluate(VIEWBOX)
+        page.locator("button.graph-reset").tap()
+        back = page.evaluate(VIEWBOX)
+    finally:
+        page.close()
+    assert panned[2:] == start[2:] and panned[0] > start[0] and panned[1] > start[1], (start, panned)
+    assert pinched[2] < panned[2] * 0.6, (panned, pinched)          # 60 px apart, then 200: zoomed in
+    assert back == start, (start, back)
+    assert not watch.errors, "console errors:\n" + "\n".join(watch.errors)
+
+
+# The graph page, the residual chapter (He et al.'s table) and the positional-encoding chapter (its display equations)
+NARROW = {"book/network_graph": None, "book/residual": "tables_scrolling",
+          "book/positional_encoding": "equations_scrolling"}
+
+
+@pytest.mark.parametrize("name", NARROW)
+def test_nothing_scrolls_the_page_sideways_at_390_px(phone, server, tmp_path, name):
+    """On a phone the page never scrolls sideways: a table or an equation wider than the screen scrolls in its own
+    box, and a plot keeps the size it was drawn at (its labels as large as matplotlib wrote them), in a box of its
+    own."""
+    page = phone.new_page()
+    try:
+        page.goto(f"{server.url}{name}.html", wait_until="load")
+        page.wait_for_load_state("networkidle")
+        page.evaluate(WAIT_FOR_SITE)
+        seen = page.evaluate(SIDEWAYS)
+        page.screenshot(path=tmp_path / f"{Path(name).name}-390.png", full_page=True)
+    finally:
+        page.close()
+    assert seen["scroll_width"] <= seen["width"], f"{name} is wider than the screen: {seen}"
+    if NARROW[name]:                                       # the case the page is here for is really met
+        assert seen[NARROW[name]] >= 1, seen
+    assert all(s >= 0.99 for s in seen["plot_scale"]), f"{name}: plots shrunk: {seen['plot_scale']}"
