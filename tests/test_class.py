@@ -13,9 +13,10 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
-from helpers import prepare
+from helpers import CHROMIUM, CHROMIUM_ARGS, prepare
 
 from autograder.authoring import variants
 from autograder.classroom import classgrade, grade, report
@@ -435,3 +436,124 @@ def test_a_failure_is_a_grader_error_unless_nothing_was_submitted(tmp_path):
     assert classgrade.recorded_fault(tmp_path, ASG, "ann", since=time.time() + 60) is None     # an earlier run's
     record.store(where, record.Grading({}).to_dict())
     assert classgrade.recorded_fault(tmp_path, ASG, "ann", since=0.0) is None
+
+
+# -- the report in a browser ------------------------------------------------------------------------------------------
+BIG = "attention"                 # the exercise with the longest part names
+SHAPES = "float32 tensor of shape ({}, {}, 8), float32 tensor of shape ({}, 5, 8), float32 tensor of shape ({}, 5, 8)"
+FLAG = ("the grader could not tell what getattr(torch, name) calls: a name computed at run time reaches the library, "
+        "which a reading of the source cannot decide")
+
+
+@pytest.fixture(scope="module")
+def big_class(tmp_path_factory):
+    """The report of a class of 16 on the attention exercise: a real gradebook (the assignment released by nbgrader,
+    each submission added and scored through nbgrader's API, as autograde does) and each learner's stored record,
+    failed checks as the hidden suites write them (the known mistake named, six observations with their numbers). Four
+    learners invert the mask, three leave NaN rows, two more mistakes, one flagged for manual grading, two late, one
+    whose grading failed."""
+    import random
+    from datetime import UTC, datetime, timedelta
+
+    from nbgrader.api import Gradebook
+
+    d = tmp_path_factory.mktemp("big-class")
+    prepare(d, [BIG])
+    mistakes = {v.name: v for v in variants.load(BIG) if isinstance(v, variants.Bug) and v.cause}
+    plan = ["sdpa_mask_inverted"] * 4 + ["sdpa_nan_rows"] * 3 + ["causal_no_diagonal"] * 2 + \
+        ["mha_heads_mixed", "blockwise_no_rescale", "sdpa_unscaled", "", "", "flagged", "fault"]
+    draw = random.Random(0)
+    due = datetime(2026, 12, 15, 16, tzinfo=UTC)
+    with Gradebook(grade.db_url(d)) as gb:
+        gb.update_or_create_assignment(BIG, duedate=due)
+        points = {c.name: c.max_score for c in gb.find_notebook(BIG, BIG).grade_cells}
+        for i, what in enumerate(plan):
+            learner = f"learner{i:02d}" if i else "a_learner_with_a_long_name"
+            gb.add_student(learner)
+            sub = gb.add_submission(BIG, learner, timestamp=due + timedelta(hours=30 if i in (2, 9) else -1))
+            verdicts = {}
+            for g in sub.notebooks[0].grades:
+                v = record.Verdict(g.name, points[g.name], points[g.name], checks=[record.Check("values", 1, True)])
+                if what in mistakes and g.name in mistakes[what].fails:
+                    part, bug = g.name.removesuffix("_tests"), mistakes[what]
+                    v = record.Verdict(g.name, points[g.name], round(points[g.name] / 7, 2), checks=[
+                        record.Check(f"check {k}", 1, False, f"{part}({SHAPES.format(*draw.sample(range(1, 10), 5))})"
+                                     f": output 1 of 2 is wrong: largest error {draw.uniform(0.1, 3):.3g} (allowed "
+                                     "1e-05)", causes=[bug.cause], cause_ids=[bug.name]) for k in range(6)]
+                        + [record.Check("shape", 1, True)])
+                elif what == "flagged" and g.name == "MultiHeadAttention_tests":
+                    v = record.Verdict(g.name, points[g.name], points[g.name], record.FLAGGED, v.checks, [FLAG])
+                g.auto_score, g.needs_manual_grade = v.score, v.status == record.FLAGGED
+                verdicts[g.name] = v
+            fault = "the hidden suite did not finish in time" if what == "fault" else None
+            record.store(record.path(d, learner, BIG, BIG), record.Grading(verdicts, fault=fault).to_dict())
+        gb.db.commit()
+    return d, report.build(d, BIG)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's (apt-get install chromium)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+SEEN = """() => {
+    const box = document.querySelector('table.scores').closest('.box');
+    const status = [...document.querySelectorAll('table.scores td.status')].map(td => td.getBoundingClientRect());
+    const rows = [...document.querySelectorAll('table.cards')[0].querySelectorAll('tbody tr')];
+    return {
+        scrollWidth: document.scrollingElement.scrollWidth, innerWidth,
+        box: {left: box.getBoundingClientRect().left, right: box.getBoundingClientRect().right,
+              scrollWidth: box.scrollWidth, clientWidth: box.clientWidth, overflow: getComputedStyle(box).overflowX},
+        table: document.querySelector('table.scores').getBoundingClientRect().width,
+        statusRight: Math.max(...status.map(r => r.right)), statusWidth: Math.min(...status.map(r => r.width)),
+        links: [...document.querySelectorAll('a')].map(a => a.textContent),
+        reteach: rows.map(r => [...r.querySelectorAll('a')].map(a => a.textContent)),
+        smallest: Math.min(...[...document.querySelectorAll('td, th, td *')].filter(c => c.textContent.trim())
+                                .map(c => parseFloat(getComputedStyle(c).fontSize))),
+        tallest: Math.max(...rows.map(r => r.getBoundingClientRect().height)),
+        text: document.body.innerText,
+    };
+}"""
+
+
+@pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")     # nbgrader's add_submission, as configure() says
+def test_the_report_reads_at_1280_and_on_a_phone(big_class, browser, tmp_path):
+    """At 1280 px the page does not scroll sideways and every learner's status is in sight; at 390 px (a phone) the
+    page does not scroll sideways either: the scores table scrolls in its own box, the other tables stack. A section's
+    math shows as text (no `$`), table text is 11 px or more, the mask's mistake links Masks, and a misconception is a
+    line, its learners counted, its observations behind a toggle (the page holds them; none shows)."""
+    d, built = big_class
+    page = Path(built["html"])
+    assert "largest error" in page.read_text()
+    seen = {}
+    for width in (1280, 390):
+        view = browser.new_page(viewport={"width": width, "height": 900})
+        try:
+            view.goto(page.as_uri())
+            seen[width] = s = view.evaluate(SEEN)
+            view.screenshot(path=str(tmp_path / f"report-{width}.png"), full_page=True)
+        finally:
+            view.close()
+        assert s["scrollWidth"] <= s["innerWidth"], (width, s["scrollWidth"])
+        assert not [t for t in s["links"] if "$" in t or "\\" in t], s["links"]
+        assert s["smallest"] >= 11, (width, s["smallest"])
+        assert "largest error" not in s["text"] and "what the tests observed (6)" in s["text"]
+        assert s["reteach"][0] == ["Attention › Masks"], s["reteach"]
+        assert "Attention › Why divide by √d?" in s["links"]
+        assert "4: a_learner_with_a_long_name, learner01, learner02, learner03" in s["text"].replace("\n", " ")
+    wide, phone = seen[1280], seen[390]
+    assert wide["box"]["scrollWidth"] <= wide["box"]["clientWidth"], wide["box"]        # the table fits its box
+    assert wide["statusRight"] <= min(wide["innerWidth"], wide["box"]["right"]) and wide["statusWidth"] > 100, wide
+    assert wide["tallest"] < 200, wide["tallest"]                          # no wall of observations
+    assert phone["box"]["overflow"] == "auto" and phone["box"]["scrollWidth"] > phone["box"]["clientWidth"]
+    assert "15 learners graded (1 waiting for a manual grade, 2 late), 1 not graded" in wide["text"], wide["text"][:300]
+    print(f"\nreport: scores table {wide['table']:.0f} px at 1280 ({wide['scrollWidth']} px page), "
+          f"{phone['table']:.0f} px in a {phone['box']['clientWidth']} px box at 390 ({phone['scrollWidth']} px page); "
+          f"screenshots in {tmp_path}")

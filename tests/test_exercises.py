@@ -22,6 +22,7 @@ from helpers import ASSIGNMENTS, ROOT
 
 from autograder import notebooks
 from autograder.authoring import criteria, variants
+from autograder.classroom import report
 from autograder.notebooks import is_graded_test, is_solution, nbgrader_meta
 
 # The hidden suites are imported here to read their tests; their markers are registered only where they run.
@@ -264,3 +265,88 @@ def test_exercise_links_its_chapter_and_sections(asg):
             f"{asg}: {name}'s part links no section of the book"
         assert any(md.count("<details>") == 2 and "Hint 1" in md and "Hint 2" in md for md in part), \
             f"{asg}: {name}'s part needs two hints"
+
+
+# -- the class report's re-teach links --------------------------------------------------------------------------------
+STOP_WORDS = frozenset("""the and for not with from that this their them each which when where what whose than then
+there they one two any all but into out over only more most same used use uses give gives given get gets must need
+needs may can could would should has have had was were been being does done its also every other are you your how
+why whatever those these is it as of to in on by an be at or so if""".split())
+
+
+def _stem(word: str) -> str:
+    for end in ("ing", "ed", "es", "s"):
+        if word.endswith(end) and len(word) - len(end) >= 3:
+            return word[:-len(end)]
+    return word
+
+
+def words(text: str) -> set:
+    """The words of a text, lower case, stemmed, stop words aside (TeX's commands are words: `\\epsilon`)."""
+    return {_stem(w) for w in re.findall(r"[a-z][a-z0-9]+", re.sub(r"\\([a-z]+)", r" \1 ", text.lower()))
+            if w not in STOP_WORDS}
+
+
+def section_texts(page: str) -> dict:
+    """book/<page>.md's sections: HTML id -> the heading and everything under it (its code too) to the next heading."""
+    found, current, fence = {}, None, None
+    for line in (ROOT / "book" / f"{page}.md").read_text().splitlines():
+        m = re.match(r"^(`{3,}|~{3,})", line)
+        if m:
+            fence = None if fence and m.group(1).startswith(fence) else fence or m.group(1)
+        heading = re.match(r"^(#+) (.+)$", line) if fence is None else None
+        if heading and len(heading.group(1)) > 1:
+            current = make_id(heading.group(2).strip().replace("$", "").replace("`", ""))
+            found[current] = heading.group(2)
+        elif current:
+            found[current] += "\n" + line
+    return found
+
+
+def shared_words(cause: str, page: str, anchor: str) -> set:
+    """The words of `cause` that the section says too, but for those that more than half of the page's sections say."""
+    texts = {a: words(t) for a, t in section_texts(page).items()}
+    common = {w for w in set().union(*texts.values()) if sum(w in t for t in texts.values()) > len(texts) / 2}
+
+    def same(a: str, b: str) -> bool:                    # or one holds the other: `order` in `unordered`
+        return a == b or (min(len(a), len(b)) >= 5 and (a in b or b in a))
+    return {w for w in words(cause) - common if any(same(w, x) for x in texts[anchor])}
+
+
+REPORT_LINK = re.compile(r"^\.\./\.\./_build/html/book/(\w+)\.html#([\w-]+)$")
+
+
+@pytest.mark.parametrize("asg", ASSIGNMENTS)
+def test_each_known_mistake_links_the_section_that_teaches_it(asg):
+    """The class report links each known mistake (a misconception the evidence names) to one section of the book: the
+    one its `SECTIONS` entry names, else the one its part's description names. The section is a heading of that page
+    (the id Sphinx gives it, the title the notebooks write), and, but for its part's only section, it is about the
+    mistake: it says a word of the mistake's cause that most of the page's sections do not. A part whose description
+    names several sections has each of its mistakes name its own (the attention mask's is Masks, not the scale's)."""
+    parts = report.book_sections(ROOT / "exercises", asg)           # no grading folder: the release in exercises/
+    named = report.mistake_sections(asg)
+    mistakes = {name: bug for name, bug in bugs(asg).items() if bug.cause}
+    assert set(named) <= set(mistakes), f"{asg}: SECTIONS names no known mistake {set(named) - set(mistakes)}"
+    for name, bug in mistakes.items():
+        cell = next(iter(bug.fails))
+        links = report.reteach(cell, [name], parts, named)
+        assert len(links) == 1, f"{asg}: {name} links {len(links)} sections: name its own in SECTIONS"
+        title, link = links[0]
+        page, anchor = REPORT_LINK.match(link).groups()
+        chapter, headings = book_page(page)
+        assert anchor in headings, f"{asg}: {name} links book/{page}.md#{anchor}, which is no section"
+        assert title == f"{chapter} › {headings[anchor]}", (name, title)
+        if parts.get(cell) != links:
+            assert shared_words(bug.cause, page, anchor), f"{asg}: {name}'s cause says nothing of #{anchor}"
+    if asg == "attention":
+        masks = [("Attention › Masks", "../../_build/html/book/attention.html#masks")]
+        assert report.reteach("scaled_dot_product_attention_tests", ["sdpa_mask_inverted"], parts, named) == masks
+        assert not shared_words(mistakes["sdpa_mask_inverted"].cause, "attention", "why-divide-by-sqrt-d")
+
+
+def test_a_section_title_shows_its_math_as_text():
+    """The report runs no script: `$\\sqrt{d}$` in a heading is drawn as √d (its letter in <var> in HTML)."""
+    title = "Attention › Why divide by $\\sqrt{d}$?"
+    assert report.tex_text(title) == "Attention › Why divide by √d?"
+    assert report.tex_text(title, as_html=True) == "Attention › Why divide by √<var>d</var>?"
+    assert report.tex_text("What $\\epsilon$ is for <b>", as_html=True) == "What ε is for &lt;b&gt;"

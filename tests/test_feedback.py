@@ -6,8 +6,9 @@ markdown cell and in an exception message is graded with the real `nbgrader auto
 `generate_feedback`; the feedback is opened in Debian's Chromium (Playwright, as in test_site.py),
 from the file and over HTTP, and nothing of the learner's may run while the course's math shows, typeset ahead:
 the page runs no script at all. The Content-Security-Policy is tested on its own too, on a feedback page where a
-sanitizer had missed everything. A page is read as a learner reads it: tens of kilobytes, the `check()` cell left
-out, each failure said once.  A learner whose kernel tries to write 300,000 outputs straight into the grader's pipe (the
+sanitizer had missed everything. A page is read as a learner reads it: about 110 KB, the `check()` cell left
+out, each failure said once, each part named, long lines wrapped in their box (formgrader's page too) at 1280 and
+390 px.  A learner whose kernel tries to write 300,000 outputs straight into the grader's pipe (the
 notebook client is not dumpable: it cannot) and floods the client with 20,000 outputs is graded beside a normal
 learner: the trusted processes' memory and the feedback stay those of a normal learner.  A learner whose cells
 display an image of 1.9 MiB each passes the notebook's limit (8 MiB): the rest is not kept, and says so.
@@ -295,18 +296,23 @@ def test_every_consumer_reads_the_record_not_the_text(graded, tmp_path):
 
 
 def test_a_page_says_each_failure_once_and_runs_no_script(graded):
-    """The page is tens of kilobytes and holds no script (its math is typeset ahead, as SVG); it leaves out the
-    `check()` cell (the course's code, the same for everyone); each failed check of a graded cell is said once, in the
-    graded cell's output, with its cost, and not again as a comment under the learner's answer."""
+    """The page is about 110 KB and holds no script (its math is typeset ahead, as SVG; no <span> for a token drawn
+    plain: 136 KB before); its contents name each graded part; it leaves out the `check()` cell (the course's code, the
+    same for everyone); each failed check of a graded cell is said once, in the graded cell's output, with its cost,
+    and not again as a comment under the learner's answer."""
     d = graded[0]
     sizes = {who: _page(d, who).stat().st_size for who in ("normal", "mallory")}
-    print(f"\nfeedback pages: {', '.join(f'{who} {n / 1024:.0f} KiB' for who, n in sizes.items())}")
-    assert max(sizes.values()) < 200 * 1024, sizes
+    print(f"\nfeedback pages: {', '.join(f'{who} {n / 1000:.0f} KB' for who, n in sizes.items())}")
+    assert max(sizes.values()) < 120_000, sizes
     page = _page(d, "mallory").read_text()
     text = html.unescape(page)
     assert _said_once(d, "mallory", "rope_tests", page)
     assert "<script" not in page and "mjx-container" in page
     assert "def check(" not in text and "COURSE_CHECK_URL" not in text and "Comments:" not in text
+    toc = re.search(r'<div id="toc">(.*?)</div>', page, re.S).group(1)
+    assert re.findall(r'<a href="#(\w+)_tests"><code>(\w+)</code></a>', toc) == [
+        (part, part) for part in ("sinusoidal_encoding", "rope", "alibi_bias")] and "Test cell" not in toc, toc
+    assert '<span class="n">' not in page and 'class="prompt' not in page
 
 
 def _said_once(d, learner: str, cell: str, page: str) -> bool:
@@ -338,6 +344,117 @@ def test_math_is_typeset_ahead_and_learner_tex_draws_only_symbols(monkeypatch):
     monkeypatch.setattr(feedback, "TYPESET_TIMEOUT", 0.001)
     assert f.typeset(page, logging.getLogger()) == ('<body><h2 id="Why-$\\sqrt{d_\\text{model}}$">'
                                                     'Why $\\sqrt{d_\\text{model}}$</h2></body>')
+
+
+LONG = ("your rotation goes the wrong way round for every pair after the first, which the second visible check would "
+        "have shown you had it run on a batch: compare out[..., 0::2] with x[..., 0::2] * cos - x[..., 1::2] * sin "
+        "and see torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))*torch.polar(torch.ones_like(a),a)")
+FLAG_NOTE = ("the grader could not tell what getattr(torch, name) calls in alibi_bias: a name computed at run time "
+             "reaches the library, which a reading of the source cannot decide, so your instructor reads it: "
+             "slopes_for_every_head_count_including_those_that_are_not_a_power_of_two_go_here")
+BOXES = """() => {
+    const boxes = [...document.querySelectorAll('pre, div.panel-footer')];
+    const over = boxes.filter(b => b.scrollWidth > b.clientWidth).map(b => b.textContent.slice(0, 80));
+    const lines = text => {                      // the lines a text is drawn on
+        const at = [...document.querySelectorAll('pre, div.panel-footer p')].find(b => b.textContent.includes(text));
+        if (!at) return 0;
+        const node = [...at.childNodes].find(n => n.textContent.includes(text)) || at;
+        const range = document.createRange();
+        range.selectNodeContents(node);
+        return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size;
+    };
+    const cut = [...document.querySelectorAll('pre')].filter(b => {     // the boxes that cut a line, unwrapped
+        const was = b.style.whiteSpace;
+        b.style.whiteSpace = 'pre';
+        const wide = b.scrollWidth > b.clientWidth;
+        b.style.whiteSpace = was;
+        return wide;
+    }).length;
+    return {boxes: boxes.length, over, cut, scrollWidth: document.scrollingElement.scrollWidth, innerWidth,
+            toc: [...document.querySelectorAll('#toc li')].map(li => li.textContent.trim()),
+            note: lines('a name computed at run time'), comment: lines('wrong way round')};
+}"""
+
+
+def _formgrader_page(notebook: Path, folder: Path) -> Path:
+    """The page formgrader shows for an autograded notebook: nbgrader's HTMLExporter with the course's configuration
+    and formgrader's template, as formgrader's extension makes it, and its static files beside it, where its links
+    look for them."""
+    import nbgrader
+    from nbconvert.exporters import HTMLExporter
+    from nbgrader.apps import NbGrader
+    from nbgrader.server_extensions.formgrader import handlers
+    from traitlets.config import Config
+
+    app = NbGrader()
+    app.load_config_file()
+    config = app.config
+    extra = Config()
+    extra.HTMLExporter.template_name = "formgrade"
+    extra.HTMLExporter.extra_template_basedirs = [handlers.template_path]
+    config.merge(extra)
+    resources = {"assignment_id": ASG, "notebook_id": ASG, "submission_id": "x", "index": 0, "total": 1,
+                 "base_url": "", "student": "mallory", "last_name": None, "first_name": None, "notebook_path": ""}
+    page, _ = HTMLExporter(config=config).from_filename(str(notebook), resources=resources)
+    (folder / "formgrader").mkdir(parents=True)
+    (folder / "formgrader" / "static").symlink_to(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader"
+                                                  / "static")
+    (folder / "page.html").write_text(page)
+    return folder / "page.html"
+
+
+def test_long_lines_wrap_in_their_box(graded, browser, tmp_path):
+    """At 1280 and at 390 px, no box of the feedback cuts a line (a graded cell's criteria, its verdict and a flag's
+    note, the instructor's comment): each wraps inside it, and the page does not scroll sideways; the contents name
+    each part. formgrader's page of the same notebook (its template, Bootstrap and all) wraps its code and output
+    too. Each page has lines its boxes would cut unwrapped; the note and the comment are drawn on several lines."""
+    import functools
+    import http.server
+    import shutil
+
+    from nbgrader.api import Gradebook
+
+    d = tmp_path / "grading"
+    shutil.copytree(graded[0], d, ignore=shutil.ignore_patterns("feedback"))
+    where = record.path(d, "mallory", ASG, ASG)
+    rec = record.load(where)
+    grading = record.Grading.from_dict(rec)
+    alibi = grading.verdicts["alibi_bias_tests"]
+    alibi.status, alibi.notes = record.FLAGGED, [FLAG_NOTE]
+    record.store(where, {**rec, **grading.to_dict()})
+    with Gradebook(grade.db_url(d)) as gb:                 # what formgrader writes: a typed score, a comment
+        gb.find_grade("alibi_bias_tests", ASG, ASG, "mallory").manual_score = 2.0
+        gb.find_comment("rope", ASG, ASG, "mallory").manual_comment = LONG
+        gb.db.commit()
+    f = grade.feedback(d, ASG, capture_output=True, text=True)
+    assert f.returncode == 0, f.stderr[-3000:]
+    formgrader = _formgrader_page(d / "autograded" / "mallory" / ASG / f"{ASG}.ipynb", tmp_path / "formgrader")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(formgrader.parent))
+    handler.log_message = lambda *a: None
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        for width in (1280, 390):
+            for name, url in (("feedback", _page(d, "mallory").as_uri()),
+                              ("formgrader", f"http://127.0.0.1:{srv.server_port}/page.html")):
+                view = browser.new_page(viewport={"width": width, "height": 900})
+                try:
+                    view.goto(url, wait_until="load")
+                    seen = view.evaluate(BOXES)
+                    view.screenshot(path=str(tmp_path / f"{name}-{width}.png"), full_page=True)
+                finally:
+                    view.close()
+                assert seen["boxes"] > 10 and seen["over"] == [], (name, width, seen["over"])
+                assert seen["scrollWidth"] <= seen["innerWidth"], (name, width, seen["scrollWidth"])
+                assert seen["cut"] > 0, (name, width, seen)              # lines that would be cut, unwrapped
+                if name == "feedback":
+                    assert seen["note"] > 1 and seen["comment"] > 1, (width, seen)
+                    parts = [t.split(" (")[0] for t in seen["toc"] if not t.startswith("Comment on")]
+                    assert parts == ["sinusoidal_encoding", "rope", "alibi_bias"], seen["toc"]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    print(f"\nscreenshots in {tmp_path}")
 
 
 INJECTED = """<script>window.pwned = 'inline'; console.log('PWNED inline')</script>

@@ -323,6 +323,7 @@ def test_side_by_side_highlights_the_differences():
     assert "#d62728" in learner_svg                            # highlighted nodes
     same = graph.side_by_side_html(reference(asg), reference(asg))
     assert "has the reference's structure" in same and "#d62728" not in same
+    assert same.count("<svg") == 1 and "your model, with the reference's structure" in same    # drawn once
 
 
 def test_command_line_draws_a_learners_notebook(tmp_path):

@@ -254,6 +254,7 @@ def test_every_exercise_is_one_complete_unit_of_its_own_files():
         assert exercises.get(name).missing() == [], name
     with pytest.raises(KeyError, match="no exercise 'nope'"):
         exercises.get("nope")
-    assert exercises.Exercise("nope").missing()[:4] == [
-        "solutions/nope/nope.ipynb", "autograder/verdict/suites/test_nope.py", "examples/variants/nope.py",
-        "exercises/nope/nope.ipynb"]
+    absent = exercises.Exercise("nope")
+    assert absent.missing()[:4] == [str(p.relative_to(ROOT)) for p in (absent.source, absent.suite, absent.variants,
+                                                                      absent.release)]
+    assert absent.suite.name == "test_nope.py" and absent.source.parent.name == "nope"

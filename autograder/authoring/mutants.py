@@ -3,18 +3,12 @@
 cosmic-ray's operators (a maintained mutation-testing library, on parso's syntax trees) change operators,
 comparisons, unary operators, booleans, numbers (by one either way), `break`/`continue`, and loops (made to run
 no iteration). The course's own operators, written against the same interface, make the slips of tensor code:
-
-- `DropCall`: a call replaced by its only argument (`torch.relu(h)` -> `h`, `self.norm1(x)` -> `x`), or a method
-  dropped from a chain (`.float()`, `.tril()`, `.to(x.dtype)`, `.transpose(1, 2)`): dropped terms and casts;
-- `DropKeyword`: one keyword argument left out (`dtype=`, `device=`, `keepdim=`, `mask=`, `diagonal=`);
-- `SwapArguments`: two neighbouring positional arguments swapped (`view(B, L, H, dh)` -> `view(B, L, dh, H)`);
-- `InPlace`: an operation made in place (`masked_fill` -> `masked_fill_`, `x = x + y` -> `x += y`);
-- `SwapDtype`: float64 for float32 and back (`torch.float64`, `.double()`/`.float()`);
-- `FiniteInfinity`: an infinity made a large finite number (`float("-inf")` -> `-1e9`);
-- `OffByOne`: a bound of a `range` or a slice that is not a literal moved by one;
-
-and two whole-function slips, as text: `LoopExitsEarly` (a `break` at the end of a loop's body) and `CacheBySize` (a
-function or forward that keeps its first answer for inputs of the same sizes, whatever the other arguments).
+`DropCall` (a call replaced by its only argument, or a method such as `.float()`, `.tril()` dropped from a chain),
+`DropKeyword` (`dtype=`, `device=`, `keepdim=`, `mask=` left out), `SwapArguments` (two neighbouring positional
+arguments swapped), `InPlace` (`masked_fill` -> `masked_fill_`, `x = x + y` -> `x += y`), `SwapDtype` (float64 for
+float32 and back), `FiniteInfinity` (`float("-inf")` -> `-1e9`), `OffByOne` (a bound of a `range` or a slice that
+is not a literal moved by one); and two whole-function slips, as text: `LoopExitsEarly` (a `break` at the end of a
+loop's body) and `CacheBySize` (the first answer kept for inputs of the same sizes, whatever the other arguments).
 
 The learners' own slips (`LEARNER_OPERATORS`), seen in the blind corpus (examples/blind) and not made by edits of
 the classic kind: `ViewForReshape` (`reshape` -> `view`), `Detach` and `Float32` (`.detach()`, `.float()` after a

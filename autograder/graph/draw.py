@@ -224,7 +224,8 @@ def explorer_data(graph) -> dict:
 
 
 def side_by_side_html(learner_graph, reference_graph, deadline: float = float("inf")) -> str:
-    """An HTML fragment: the differences in words, then the learner's graph beside the reference's, differences red.
+    """An HTML fragment: the differences in words, then the learner's graph beside the reference's, differences red
+    (the learner's alone where it has the reference's structure: a second drawing of it would say nothing more).
 
     The learner's graph is traced from their module, so its size is theirs to choose: one much larger than the
     reference's is not drawn, and each layout stops at `deadline` (time.time()) or after LEARNER_DOT_S seconds."""
@@ -269,12 +270,13 @@ def side_by_side_html(learner_graph, reference_graph, deadline: float = float("i
     items = "".join(f"<li>{html.escape(m)}</li>" for m in notes) if notes else \
         "<li>Your model has the reference's structure.</li>"
     cell = 'style="margin:0;flex:1 1 0;min-width:0"'
+    mine = f"<figure {cell}><figcaption>your model</figcaption>{drawing(L, lhit, 'l')}</figure>"
+    figures = (mine.replace("your model<", "your model, with the reference's structure<") if L is not None and not notes
+               else mine + f"<figure {cell}><figcaption>the reference</figcaption>{drawing(R, rhit, 'r')}</figure>")
     return ('<section class="graph-compare" style="font-family:sans-serif">'
             "<h3>The structure of your model beside the reference's</h3>"
             "<p>Drawn from your module as <code>torch.export</code> traced it, which can differ from the forward "
             "the tests ran and graded.</p>"
             f"<ul>{items}</ul>"
             '<div style="display:flex;gap:1.5em;align-items:flex-start;overflow-x:auto">'
-            f"<figure {cell}><figcaption>your model</figcaption>{drawing(L, lhit, 'l')}</figure>"
-            f"<figure {cell}><figcaption>the reference</figcaption>{drawing(R, rhit, 'r')}</figure>"
-            "</div></section>")
+            f"{figures}</div></section>")

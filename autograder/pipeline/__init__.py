@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+from nbconvert.preprocessors import ClearMetadataPreprocessor
 from nbgrader.preprocessors import (
     AssignLatePenalties,
     CheckCellMetadata,
@@ -26,7 +26,7 @@ from autograder.pipeline import submission
 from autograder.pipeline.diagnoses import SaveDiagnoses
 from autograder.pipeline.exchange import ReleaseFeedback
 from autograder.pipeline.export import GradesExport
-from autograder.pipeline.feedback import TEMPLATES, BookLinks, FeedbackGrades, FeedbackHTML, OmitCheckCell
+from autograder.pipeline.feedback import TEMPLATES, BookLinks, FeedbackGrades, FeedbackHTML, OmitCheckCell, PageStyles
 from autograder.pipeline.grades import SaveGrades
 from autograder.pipeline.progress import Progress
 from autograder.pipeline.reader import SubmissionReader
@@ -57,7 +57,13 @@ def configure(c):
     c.FeedbackHTML.template_name = "course_feedback"
     c.FeedbackHTML.extra_template_basedirs = [str(TEMPLATES), str(nbgrader_templates)]
     c.FeedbackHTML.extra_template_paths = [str(nbgrader_templates)]          # where 'feedback/index.html.j2' is
-    c.GenerateFeedback.preprocessors = [OmitCheckCell, FeedbackGrades, BookLinks, CSSHTMLHeaderPreprocessor]
+    c.GenerateFeedback.preprocessors = [OmitCheckCell, FeedbackGrades, BookLinks, PageStyles]
+    # Long lines wrap in their box in formgrader's pages too (nbgrader's template on nbconvert's HTMLExporter):
+    # PageStyles in place of the CSSHTMLHeaderPreprocessor their template registers, whose style it extends.
+    c.HTMLExporter.preprocessors = [PageStyles]
+    c.FeedbackHTML.preprocessors = []                          # the feedback's is GenerateFeedback's, above
+    c.CSSHTMLHeaderPreprocessor.enabled = False
+    c.PageStyles.enabled = True
     # Plain `nbgrader export`: nbgrader's columns, written as CSV (quoted, no learner's text a formula), with the late
     # penalty nbgrader's policy gives the scores now.
     c.ExportApp.plugin_class = GradesExport

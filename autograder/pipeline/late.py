@@ -10,6 +10,7 @@ gradebook says the same: the scores, the due date and any extension as they are 
 """
 from __future__ import annotations
 
+import copy
 import logging
 
 from nbgrader.api import Gradebook, MissingEntry, SubmittedAssignment
@@ -19,7 +20,17 @@ from traitlets.config import Config
 
 class LatePenalties(AssignLatePenalties):
     """nbgrader's `AssignLatePenalties` (its plugin, `c.AssignLatePenalties.plugin_class`, configured as nbgrader reads
-    it, and its bounds), for a whole submission, at any step."""
+    it, and its bounds), for a whole submission, at any step. Made inside a step (`parent`), it takes the step's
+    configuration but for the options given to all preprocessors (`NbGraderPreprocessor.display_data_priority`),
+    which are not its own: traitlets would warn of them at every learner."""
+
+    def __init__(self, parent=None, config: Config | None = None, **kw):
+        config = copy.deepcopy(config if config is not None else parent.config if parent is not None else Config())
+        for base in LatePenalties.mro()[2:]:        # the sections of the classes above AssignLatePenalties
+            config.pop(base.__name__, None)
+        if parent is not None:
+            kw.setdefault("log", parent.log)
+        super().__init__(config=config, **kw)
 
     def init_plugin(self) -> None:
         super().init_plugin()

@@ -245,8 +245,5 @@ SECTIONS = {
     "ln_no_affine": "residual#layernorm",
     "ln_eps_ignored": "residual#what-epsilon-is-for",
     "ln_wrong_dim": "residual#layernorm",
-    "block_no_attention_residual": "together#the-block",
-    "block_no_ff_residual": "together#the-block",
-    "block_norms_swapped": "together#the-block",
     "block_mask_ignored": "together#the-block",
 }
