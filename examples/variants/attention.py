@@ -367,7 +367,7 @@ VARIANTS = [
 
 def causal_mask(seq_len, device=None):
     return _TABLE[:seq_len, :seq_len].to(device)
-"""}, "the mask is cut from a table of 128 positions: a longer sequence needs a larger mask"),
+"""}, "the mask is cut from a table made ahead for a fixed number of positions: a longer sequence needs a larger mask"),
     bug("mha_heads_mixed", {MHA: changed(changed(MHA_EINSUM,
         """        q = self.q_proj(query).unflatten(-1, (self.h, -1))      # (B, Lq, H, dh)
         k = self.k_proj(key).unflatten(-1, (self.h, -1))
