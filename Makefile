@@ -139,7 +139,9 @@ test-full: install $(TEST_NEEDS)
 # library ban proves, flags and notes for honest idioms and routes to a library version, and its reading time, and
 # how near correct answers come to the error a drawn call allows them (bench/results/rounding.md), the speed ratio of
 # correct code against the reference, quiet and loaded, the blind corpus graded (bench/results/blind.md, against the
-# grading before the families), and one notebook, one score: each known mistake graded 20 times.
+# grading before the families), one notebook, one score: each known mistake graded 20 times, the fused attention
+# kernel's registers and spills at every block size the notebook allows, and its time against torch's flash backend
+# (on a CUDA device; it says it skipped without one).
 bench: install
 	$(PY) bench/speed.py
 	$(PY) bench/profile.py
@@ -154,6 +156,8 @@ bench: install
 	$(PY) bench/blind.py --json bench/results/blind.json
 	$(PY) bench/blind.py --report bench/results/blind-6f12630.json bench/results/blind.json > bench/results/blind.md
 	$(PY) bench/stability.py --gradings 20 --out bench/results/stability.md
+	$(PY) bench/fused_attention_spills.py --out bench/results/fused-attention-spills.md
+	$(PY) bench/fused_attention_speed.py --gradings 10
 	$(MAKE) mutation
 	$(MAKE) test-full
 

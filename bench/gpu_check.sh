@@ -55,5 +55,7 @@ rm -f "$json"
   timeout 240 $py -m pytest -rs -s -q -p no:cacheprovider tests/test_gpu.py
   echo "## measurements (bench/gpu_check.py)"
   timeout 600 $py bench/gpu_check.py --out "$json" --steps calibration,memory,class "$@"
+  echo "## fused_attention's Triton kernels against torch's flash backend (bench/fused_attention_speed.py)"
+  timeout 600 $py bench/fused_attention_speed.py --gradings 3
 } 2>&1 | tee "$log"
 echo "results written to $log and $out/gpu-check.json"

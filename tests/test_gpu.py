@@ -229,6 +229,30 @@ def test_a_loop_over_query_positions_fails_on_cuda(cuda_workers):
 
 
 @needs_cuda
+@pytest.mark.parametrize("part", ["flash_attention", "flash_attention_causal"])
+def test_the_fused_attention_reference_kernels_pass_their_speed_check_on_cuda(part, monkeypatch):
+    """fused_attention's reference kernels, compiled on the GPU in a learner's worker, within the suite's
+    GPU_SPEED_FACTOR of torch's flash backend at each of its GPU_SPEED_CALLS, their outputs the flash backend's (the
+    rule's numbers for the other known answers: bench/fused_attention_speed.py)."""
+    monkeypatch.setenv("GRADER_DEVICE", "cuda")
+    from autograder.verdict.suites import test_fused_attention as fused
+
+    cells = learner_cells(variants.submission("fused_attention"))
+    mine = Learner(fused.worker_cells(cells), refuse=fused.REFUSED_OPS, library=fused.LIBRARY)
+    mine.modules = fused.ALLOWED_MODULES
+    flash = Learner([c for c in cells if c["id"] == "setup"] + [{"id": "sdpa_flash", "source": fused.SDPA_FLASH}],
+                    role="reference")
+    try:
+        for call in fused.GPU_SPEED_CALLS:
+            ratios, mismatch = fused.gpu_ratios(mine, flash, part, call)
+            print(f"cuda {part} {fused.where(call)}: ratios {[round(r, 2) for r in ratios]}, mismatch {mismatch}")
+            assert mismatch is None and min(ratios) <= fused.GPU_SPEED_FACTOR, (call, ratios, mismatch)
+    finally:
+        mine.close()
+        flash.close()
+
+
+@needs_cuda
 def test_gpu_memory_the_learner_hides_is_still_counted(cuda_workers):
     """At the suite's GPU shape: the reference's blockwise attention stays under the limit; the whole score matrix
     does not, nor does it when the allocator's cache is emptied and its peak statistics reset after the call."""

@@ -18,15 +18,17 @@ SETUP = "import math\n\nimport torch\nfrom torch import nn\n"
 REFUSALS = (guard.RefusedError, guard.CellRefused)
 
 
-def load(*sources: str, library: str | None = policy.COURSE_LIBRARY, errors: list | None = None, **names) -> dict:
+def load(*sources: str, library: str | None = policy.COURSE_LIBRARY, errors: list | None = None,
+         modules: tuple[str, ...] = (), setup: str = SETUP, **names) -> dict:
     """The names of `sources` run as a learner's cells are (the setup cell first), with `names` given; a cell's
-    exception is raised, or, given `errors`, kept there as the worker keeps it (the cell's names so far stay)."""
-    pol = guard.Policy(policy.runtime(library))
+    exception is raised, or, given `errors`, kept there as the worker keeps it (the cell's names so far stay).
+    `modules`: those the exercise allows beyond the course's (its suite's ALLOWED_MODULES)."""
+    pol = guard.Policy(policy.runtime(library, modules))
     pol.prepare()
     ns = guard.learner_module(pol).__dict__
     ns.update(names)
     for _cell, code, error in guard.compile_cells([{"id": f"cell-{i}", "source": s}
-                                                  for i, s in enumerate((SETUP, *sources))]):
+                                                  for i, s in enumerate((setup, *sources))]):
         try:
             if error is not None:
                 raise error
@@ -134,12 +136,122 @@ RED_TEAM = {
         "class _O:\n    pass\n"
         "def scaled_dot_product_attention(q, k, v, mask=None):\n"
         "    return _O.__getattribute__(torch, '_C'), None\n"),
+    # the sixth round (with the guards' source): library objects that read, write or compile what they are told
+    "string.Formatter's get_field: a traceback's frames, unguarded": (
+        "import string\ndef scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    try:\n        1 / 0\n    except ZeroDivisionError as e:\n"
+        "        return string.Formatter().get_field('0.__traceback__.tb_frame.f_globals', (e,), {})[0], None\n"),
+    "functools.wraps copying attributes of one's choice (getattr's own policy)": (
+        "import functools\nclass _C:\n    got = []\n    def __setattr__(self, name, value):\n"
+        "        _C.got.append(value)\n"
+        "functools.wraps(getattr, assigned=('__self__',), updated=())(_C())\n_C.got[0].denied.clear()\n"),
+    "functools.update_wrapper with a str that says it is __doc__": (
+        "import functools\nclass _S(str):\n    def __eq__(self, other):\n        return True\n"
+        "    def __hash__(self):\n        return hash('__doc__')\n"
+        "class _C:\n    def __setattr__(self, name, value):\n        pass\n"
+        "functools.update_wrapper(_C(), getattr, assigned=(_S('__self__'),), updated=())\n"),
+    "functools.update_wrapper copying torch's namespace, private names included": (
+        "import functools\ndef _mine():\n    pass\nfunctools.update_wrapper(_mine, torch)\n"
+        "sys = _mine._import_dotted_name('sys')\n"),
+    "functools.update_wrapper onto an object the learner did not make": (
+        "import functools\ndef _mine():\n    pass\n_mine.course_probe = 1\n"
+        "functools.update_wrapper(torch.nn.Identity(), _mine)\n"),
+    "numpy.testing.measure: a string run in the caller's globals": (
+        "import numpy as np\nnp.testing.measure('import sys', 1)\n"),
+    "numpy.testing.decorate_methods: a class of torch's rewritten": (
+        "import numpy as np\nnp.testing.decorate_methods(torch.nn.Identity, lambda f: f, 'no_method_has_this_name')\n"),
+    "a dataclass field named __array_interface__ (its __init__ sets it)": (
+        "import dataclasses\nclass _K:\n    a: int\n    __annotations__['__array_interface__'] = dict\n"
+        "_K = dataclasses.dataclass(_K)\n"),
+    "a dataclass field whose name is code (dataclasses compiles it)": (
+        "import dataclasses\nclass _K:\n    a: int\n    __annotations__['b=0): pass\\n#'] = int\n"
+        "_K = dataclasses.dataclass(_K)\n"),
+    "dataclasses.dataclass on a class of torch's": (
+        "import dataclasses\n"
+        "dataclasses.dataclass(init=False, repr=False, eq=False, match_args=False)(torch.nn.Softsign)\n"),
+    "copy restoring a reduction's state onto a module": (
+        "import copy\nclass _R:\n    def __reduce_ex__(self, protocol):\n"
+        "        return (_module, (), (None, {'course_probe': 1}))\n"
+        "def _module():\n    return torch.nn.functional\ncopy.copy(_R())\n"),
+    "a class's __getstate__, whose state copy sets without the guards": (
+        "import copy\nclass _K:\n    def __getstate__(self):\n        return (None, {'course_probe': 1})\n"
+        "copy.copy(_K())\n"),
+    "a cached_property renamed __reduce_ex__, then copy.deepcopy": (
+        "import copy, functools\ndef _reduce(protocol):\n    return (_module, (), (None, {'course_probe': 1}))\n"
+        "def _module():\n    return torch.nn.functional\nclass _K:\n    pass\n"
+        "_cp = functools.cached_property(lambda self: _reduce)\n_K.x = _cp\n_cp.attrname = '__reduce_ex__'\n"
+        "_o = _K()\n_o.x\ncopy.deepcopy(_o)\n"),
+    "copy's table of reductions": (
+        "import copy\ncopy.dispatch_table[type(None)] = None\n"),
+    "tqdm's wrapper of another object writing into a module": (
+        "import tqdm.std\ntqdm.std.DisableOnWriteError(torch.nn.functional, None).course_probe = 1\n"),
+    "a progress bar's file wrapper (tqdm(...).fp)": (
+        "from tqdm import tqdm\nclass _F:\n    def write(self, s):\n        pass\n    def flush(self):\n        pass\n"
+        "_w = tqdm([1], file=_F()).fp\n"),
+    "tqdm's ObjectWrapper reading any attribute": (
+        "import tqdm.utils\ntqdm.utils.ObjectWrapper(getattr).wrapper_getattr('__self__').denied.clear()\n"),
+    "numpy's user_array.container writing into a module": (
+        "import numpy.lib.user_array as u\n_c = u.container([1])\n_c.array = torch.nn.functional\n"
+        "_c.course_probe = 1\n"),
+    "torch.ao's quantizable MultiheadAttention (none of the refused operators)": (
+        "import torch.ao.nn.quantizable as tq\ndef scaled_dot_product_attention(q, k, v, mask=None):\n"
+        "    return tq.MultiheadAttention(q.shape[-1], 1, batch_first=True)(q, k, v)\n"),
+    "a dispatch mode torch.utils.checkpoint imports": (
+        "from torch.utils.checkpoint import TorchDispatchMode\n"),
+    "selective checkpointing's mode, which sees every operator": (
+        "import torch.utils.checkpoint as c\n_seen = c.create_selective_checkpoint_contexts(lambda *a, **k: None)\n"),
+    "a package's tests (numpy.tests: subprocesses, eval)": (
+        "import numpy.tests.test_public_api\n"),
+    "matplotlib's animation writers (they run the program rcParams names)": (
+        "import matplotlib.animation\n"),
+    # Python's own `type`, which makes a class of any namespace (numpy reads raw memory through one)
+    "type.mro(type): Python's own type after the policy's": (
+        "T = type.mro(type)[1]\nC = T('C', (), {'__array_interface__': {}})\n"),
+    "super()'s mro of the policy's type": (
+        "T = super(type, type).mro(type)[1]\nC = T('C', (), {'__array_interface__': {}})\n"),
+    "types.prepare_class's metaclass": (
+        "import types\nT = types.prepare_class('X', (int,))[0]\nC = T('C', (), {'__array_interface__': {}})\n"),
+    "typing.get_origin of typing.Type": (
+        "import typing\nT = typing.get_origin(typing.Type)\nC = T('C', (), {'__array_interface__': {}})\n"),
+    "a library function's annotations": (
+        "import numpy.typing.mypy_plugin as p\nT = p.plugin.__annotations__['return']\n"
+        "C = T('C', (), {'__array_interface__': {}})\n"),
+    # memory a view still uses, freed: the view reads and writes what the process puts there next
+    "a storage shrunk under its tensor's view": (
+        "t = torch.zeros(1000)\nv = t[500:]\nt.untyped_storage().resize_(0)\n"),
+    "a storage shrunk through super()": (
+        "t = torch.zeros(1000)\nv = t[500:]\ns = t.untyped_storage()\nsuper(type(s), s).resize_(0)\n"),
+    "a storage's resize_ read from its class": (
+        "t = torch.zeros(1000)\nv = t[500:]\ntorch.UntypedStorage.resize_(t.untyped_storage(), 0)\n"),
+    "a typed storage shrunk": (
+        "t = torch.zeros(1000)\nv = t[500:]\nt.storage().resize_(0)\n"),
+    "numpy's resize without its check of references": (
+        "import numpy as np\na = np.zeros(1000)\nv = a[500:]\na.resize(0, refcheck=False)\n"),
 }
 
 
 @pytest.mark.parametrize("route_name", sorted(RED_TEAM))
 def test_the_red_teams_routes_are_refused_while_they_run(route_name):
     assert refused(RED_TEAM[route_name]), RED_TEAM[route_name]
+
+
+def test_numpy_reads_no_raw_memory_from_a_class_of_the_learner_s():
+    """numpy asks an object for `__array_interface__` (an address and a size): no class of the learner's answers, not
+    by its __getattr__ nor by what its instances hold. (The answer here has no address: numpy would say it lacks a
+    typestr if it read it.)"""
+    ns = load("import numpy as np\nclass A:\n    def __getattr__(self, name):\n"
+              "        if name == '__array_interface__':\n            return {'shape': (1,)}\n"
+              "        raise AttributeError(name)\n"
+              "a = np.asarray(A())\n")
+    assert ns["a"].dtype == object
+
+
+def test_a_module_outside_the_allow_list_answers_nothing_however_it_was_reached():
+    """A module a call returned (torch.backends.opt_einsum.get_opt_einsum gives one) meets the import's allow-list."""
+    import sys
+
+    with pytest.raises(guard.PolicyError, match="the module sys"):
+        load("m = given.modules\n", given=sys)
 
 
 def test_a_refused_library_version_names_itself_and_the_rest_is_the_policy_s():
@@ -191,6 +303,17 @@ HONEST = {
         "P = collections.namedtuple('P', 'a b')\nclass Meta(type):\n    pass\nclass K(metaclass=Meta):\n"
         "    @property\n    def twice(self):\n        return 2\nassert K().twice == 2 and isinstance(K, type)\n"
         "assert Cfg().d == 4 and P(1, 2).b == 2 and typing.cast(int, 3) == 3\n"),
+    "functools' wrappers, a cached property, a dataclass and lazy annotations": (
+        "from __future__ import annotations\nimport functools, dataclasses\n"
+        "def deco(f):\n    @functools.wraps(f)\n    def inner(*a, **k):\n        return f(*a, **k)\n    return inner\n"
+        "@deco\ndef twice(x: torch.Tensor) -> torch.Tensor:\n    return 2 * x\n"
+        "@dataclasses.dataclass(frozen=True)\nclass Cfg:\n    d_model: int = 4\n"
+        "class M(nn.Module):\n    @functools.cached_property\n    def scale(self) -> float:\n        return 0.5\n"
+        "assert twice.__name__ == 'twice' and twice(torch.ones(1)).item() == 2 and M().scale == 0.5\n"
+        "assert Cfg().d_model == 4 and twice.__annotations__['x'] == 'torch.Tensor'\n"),
+    "a progress bar": (
+        "from tqdm import tqdm\nfrom tqdm.auto import trange\ntotal = sum(i for i in tqdm(range(3), disable=True))\n"
+        "assert total == 3 and list(trange(2, disable=True)) == [0, 1]\n"),
     "tensors' attributes set, gradients read": (
         "w = torch.ones(3)\nw.requires_grad = True\n(w * 2).sum().backward()\nassert w.grad is not None\n"
         "w.grad = None\n"),
@@ -226,8 +349,11 @@ def test_a_helper_cell_the_learner_added_runs_only_when_the_answers_use_it():
 
 
 def _draws(asg: str) -> list:
+    """Six calls drawn per part, or as many as a grading draws where that is fewer (fused_attention's kernels run in
+    Triton's interpreter, about a second a call)."""
     suite = __import__(f"autograder.verdict.suites.test_{asg}", fromlist=["CONTRACT"])
-    return [call for name, part in suite.CONTRACT.items() for call in contract.drawn_calls(part, 7, 6)]
+    count = min(6, getattr(suite, "DRAWN", 6))
+    return [call for name, part in suite.CONTRACT.items() for call in contract.drawn_calls(part, 7, count)]
 
 
 @pytest.mark.parametrize("asg", ASSIGNMENTS)
@@ -239,7 +365,8 @@ def test_every_known_answer_runs_under_the_policy(asg):
     for variant in [None, *(v for a, v in all_variants() if a == asg)]:
         cells = learner_cells(variants.submission(asg, variant.cells if variant else None))
         errors: list = []
-        guarded = load(*(c["source"] for c in cells[1:]), library=suite.LIBRARY, errors=errors)
+        guarded = load(*(c["source"] for c in cells[1:]), library=suite.LIBRARY, errors=errors,
+                       modules=getattr(suite, "ALLOWED_MODULES", ()), setup=cells[0]["source"])
         # a self-check against the library at module level stops where it stands (the static reading notes it)
         assert all(type(e) is guard.RefusedError for e in errors), (variant and variant.name, errors)
         plain = variants.executed(asg, variant.cells if variant else {})

@@ -143,6 +143,26 @@ def test_a_correct_alternative_gets_full_marks_on_a_loaded_machine(asg, variant)
         assert v.status == record.GRADED, f"correct answer '{variant.name}' flagged under load in {gid}: {v.notes}"
 
 
+def test_a_fused_attention_kernel_that_never_ends_costs_its_part_alone():
+    """A kernel whose loop over the key blocks never ends loses its part after one call limit
+    (KERNEL_CALL_S) and a restart of the worker, each of the part's checks saying why, and compiles still; the other
+    part gets full marks. Not a known mistake of examples/variants/: the course runs those in its own processes."""
+    from autograder.verdict.suites import test_fused_attention as suite
+
+    kernel = variants.reference_sources("fused_attention")["attention_kernel"]
+    loop = "    for start_n in range(0, Lk, BLOCK_N):\n"
+    assert loop in kernel
+    endless = kernel.replace(loop, "    start_n = 0\n    while start_n < Lk:           # start_n never advances\n")
+    grading = _grading("fused_attention", {"attention_kernel": endless})
+    part, other = grading.verdicts["attention_kernel_tests"], grading.verdicts["causal_attention_kernel_tests"]
+    said = f"did not finish within {suite.KERNEL_CALL_S:g} s while calling flash_attention()"
+    assert other.score == other.points, other.failed
+    assert 0 < part.score < part.points and part.failed and all(said in d for d in part.failed), part.failed
+    spent = grading.profile["cells_s"]["attention_kernel_tests"]
+    print(f"the endless kernel's part took {spent:.1f} s, the grading {grading.profile['suite_s']:.1f} s")
+    assert spent < 3 * suite.KERNEL_CALL_S, f"{spent:.1f} s: its checks after the first did not fail at once"
+
+
 def test_known_mistakes_cover_every_graded_cell():
     """Every graded cell has at least one known mistake that it catches."""
     for asg in ASSIGNMENTS:

@@ -171,9 +171,11 @@ def promises_source(assignment: str) -> str:
     low = [f"`{n}`" for n, p in contract.items() if p.promises.low_precision]
     if low:
         one = len(low) == 1
-        items.append(f"{listed(low)} also take{'s' if one else ''} float16 and bfloat16 arguments, and "
-                     f"answer{'s' if one else ''} in their dtype at its precision (compute in float32 where the "
-                     "float16 steps would lose too much).")
+        dtypes = list(dict.fromkeys(str(d).removeprefix("torch.") for p in contract.values()
+                                    for d in p.promises.low_precision))
+        items.append(f"{listed(low)} also take{'s' if one else ''} {listed(dtypes)} arguments, and "
+                     f"answer{'s' if one else ''} in {'their dtype' if len(dtypes) > 1 else dtypes[0]} at its "
+                     "precision (compute in float32 where the float16 steps would lose too much).")
     if parts("gradients"):
         items.append(f"Gradients reach every floating argument and every parameter ({listed(parts('gradients'))}): "
                      "no `.detach()`, `.data` or `torch.no_grad()` on the way from an input to an output.")

@@ -559,7 +559,7 @@ class ModuleProxy:
 
 
 def _unfinished_message(seconds: float, during: str) -> str:
-    return f"your code did not finish within {round(seconds, 1):g} s {during} (an infinite loop, or far too slow?)"
+    return f"your code did not finish within {seconds:.3g} s {during} (an infinite loop, or far too slow?)"
 
 
 def _death_message(code, during: str) -> str:

@@ -248,13 +248,14 @@ def module_targets(learner, reference_worker, name: str, *args, same_weights: bo
 
 def speed_ratios(learner_target: Target, reference_target: Target, inputs: list[dict], calls: int = 1,
                  kwargs: dict | None = None, factor: float | None = None, same_output: bool = True,
-                 attempts: int = 3) -> tuple[list[float], str | None]:
-    """(the ratios measured, the mismatch of a wrong output if any), by the rule of `fast_enough`."""
+                 attempts: int = 3, rtol: float = 1e-3) -> tuple[list[float], str | None]:
+    """(the ratios measured, the mismatch of a wrong output if any), by the rule of `fast_enough`; `rtol`: how far
+    the outputs may be from the reference's (timing.same_outputs)."""
     factor = factor or speed_factor()
     ratios: list[float] = []
     for _ in range(attempts):
         result = compare(learner_target, reference_target, inputs, kwargs=kwargs, calls=calls,
-                         same_output=same_output, limit=factor)
+                         same_output=same_output, limit=factor, rtol=rtol)
         if result.mismatch is not None:
             return ratios, result.mismatch
         ratios.append(result.ratio)
