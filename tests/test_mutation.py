@@ -1,9 +1,13 @@
 """The suites' mutation testing (autograder/authoring/mutation.py, `make mutation`) is itself right: each course
 operator makes the slip it says, every mutant compiles and differs from the reference, the oracle sets aside a
 mutant that meets the contract and shows one that does not, and a mutant graded by the real engine is caught."""
+import subprocess
+import sys
+
 import pytest
 from cosmic_ray.mutating import MutationVisitor
 
+from autograder import ROOT
 from autograder.authoring import mutants, mutation, variants
 
 
@@ -44,3 +48,50 @@ def test_a_mutant_is_graded_by_its_own_tests_and_caught():
     mutant = next(m for m in mutants.mutants("causal_mask", source) if m.operator == "DropCall")
     score, points, said = mutation.grade("attention", mutant, mutation.settings())
     assert score < points, said
+
+
+def test_a_kernel_part_is_judged_through_its_launcher():
+    """A Triton exercise's graded part is a kernel, not a CONTRACT part: the oracle runs each mutant through the
+    course's launcher of it in Triton's interpreter; a capped run takes mutants spread evenly over them all."""
+    from autograder.verdict.suites import test_fused_attention as suite
+
+    assert mutation.contract_name(suite, "attention_kernel") == "flash_attention"
+    assert mutation.contract_name(suite, "flash_attention") == "flash_attention"
+    with pytest.raises(KeyError):
+        mutation.contract_name(suite, "no_such_kernel")
+    found = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert mutation.sample(found, 3) == [1, 4, 7] and mutation.sample(found, None) == found
+    # The interpreter is chosen when triton is first imported, which another test may have done: a fresh process.
+    script = """
+import os
+os.environ["TRITON_INTERPRET"] = "1"
+from autograder.authoring import mutants, mutation, variants
+found = mutants.mutants("attention_kernel", variants.reference_sources("fused_attention")["attention_kernel"])
+oracle = mutation.Oracle("fused_attention", "attention_kernel", draws=2)
+assert oracle.launcher == "flash_attention" and len(oracle.calls) <= mutation.KERNEL_DRAWS + 5
+causal = next(m for m in found if "keys[None, :] < rows[:, None]" in m.after)        # the diagonal left out
+assert oracle.witness_in_child(causal) is not None
+warps = next(m for m in found if "NUM_WARPS, NUM_STAGES = 5, 2" in m.after)    # the interpreter has no warps
+assert oracle.witness_in_child(warps) is None
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_a_kernel_oracle_refuses_a_compiled_triton():
+    """Where triton was first imported without its interpreter, the reference kernel raises on every call and every
+    mutant would be "equivalent": the oracle says so instead."""
+    script = """
+import os
+os.environ.pop("TRITON_INTERPRET", None)
+import triton
+from autograder.authoring import mutation
+try:
+    mutation.Oracle("fused_attention", "attention_kernel", draws=1)
+except RuntimeError as e:
+    assert "TRITON_INTERPRET" in str(e), e
+else:
+    raise AssertionError("no error")
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -21,17 +21,16 @@ LEAVES = '''def sinusoidal_encoding(seq_len, d_model, base=10000.0):
 
 
 LEFT_BY_THE_FIRST = "learner one was here"
-open("/sandbox/left-by-the-first", "w").write(LEFT_BY_THE_FIRST)
-open("/tmp/left-by-the-first", "w").write(LEFT_BY_THE_FIRST)
+torch.manual_seed(424242)
 '''
 
 LOOKS = variants.reference_sources(PE)["sinusoidal_encoding"] + '''
 
-_found = [name for name in ("/sandbox/left-by-the-first", "/tmp/left-by-the-first") if __import__("os").path.exists(name)]
-if "LEFT_BY_THE_FIRST" in dir() or _found:
+_found = ["a name"] * ("LEFT_BY_THE_FIRST" in dir()) + ["torch's seed"] * (torch.initial_seed() == 424242)
+if _found:
     def sinusoidal_encoding(seq_len, d_model, base=10000.0):
         raise RuntimeError(f"found what the learner before left: {_found}")
-'''  # noqa: E501 - the learner's code, kept as it runs
+'''
 
 
 def scores(grading):

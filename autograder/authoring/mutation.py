@@ -11,8 +11,14 @@ catches (`make mutation`; results in bench/results/mutation.md).
    sandboxed worker, a trusted suite process), the mutated part's tests only. It is caught when its graded cell
    loses points. The score of a suite is caught / non-equivalent; every survivor is listed with its witness.
 
+A kernel exercise's graded parts are Triton kernels that the course's launcher runs (the suite's `KERNELS`, launcher ->
+kernel): the contract is the launcher's, so the oracle runs each mutated kernel through the launcher, in Triton's
+interpreter, on KERNEL_DRAWS of its drawn calls and its edges (fixed by the seed) and through the families, against the
+reference kernel. `--max-mutants N` takes N mutants per part, spread evenly over them all (a kernel has about 500,
+each judged and graded in the interpreter, with the kernels compiled: 5 to 30 s each).
+
     python -m autograder.authoring.mutation [ASSIGNMENT ...] [--draws 60] [--only CELL] [--out bench/results]
-                                            [--suites FOLDER]
+                                            [--suites FOLDER] [--max-mutants N]
 """
 from __future__ import annotations
 
@@ -34,6 +40,24 @@ from autograder.notebooks import TESTS_SUFFIX, graded_cells
 
 ORACLE_S = 120           # one mutant's oracle run, at most
 ORACLE_MEMORY = 6 << 30
+KERNEL_DRAWS = 6         # drawn calls of a kernel's launcher, besides its edges (each runs in Triton's interpreter)
+
+
+def contract_name(suite, part: str) -> str:
+    """The name of `part` in the suite's CONTRACT: its own, or for a kernel the launcher's that runs it."""
+    if part in suite.CONTRACT:
+        return part
+    launchers = [name for name, kernel in getattr(suite, "KERNELS", {}).items() if kernel == part]
+    if len(launchers) != 1 or launchers[0] not in suite.CONTRACT:
+        raise KeyError(f"{part}: neither a part of the suite's CONTRACT nor a kernel of one of its launchers (KERNELS)")
+    return launchers[0]
+
+
+def sample(found: list, cap: int | None) -> list:
+    """At most `cap` of `found`, spread evenly over them (all of them without a cap)."""
+    if not cap or len(found) <= cap:
+        return found
+    return [found[i * len(found) // cap] for i in range(cap)]
 
 
 def graded_parts(assignment: str) -> list[str]:
@@ -53,12 +77,20 @@ class Oracle:
         torch.set_num_threads(1)         # the oracle forks: a thread pool at work in a fork deadlocks the child
         self.contract = contract
         suite = importlib.import_module(f"autograder.verdict.suites.test_{assignment}")
-        self.part = suite.CONTRACT[part]
+        self.launcher = contract_name(suite, part)
+        self.part = suite.CONTRACT[self.launcher]
         self.assignment, self.name = assignment, part
+        if self.launcher != part:                   # a kernel: its launcher's calls, each run in the interpreter
+            draws = min(draws, KERNEL_DRAWS)
         reference = self.reference = variants.executed(assignment, {})
         self.seed = seed
         self.calls = [(call, contract.expected_of(self.part, call, reference))
                       for call in contract.drawn_calls(self.part, seed, draws)]
+        raised = [e.outcome for _, e in self.calls if "raised" in e.outcome]
+        if self.launcher != part and raised:        # every mutant would raise as the reference does: all "equivalent"
+            raise RuntimeError(f"the reference {part} raised through {self.launcher}: {raised[0].get('message')}; its "
+                               "kernels run in Triton's interpreter only where TRITON_INTERPRET=1 was set before "
+                               "triton was first imported (torch._dynamo imports it)")
 
     def witness(self, mutant: Mutant) -> str | None:
         """The first drawn call on which `mutant` breaks the contract, said; None: it meets it on every call."""
@@ -119,8 +151,9 @@ def settings(suites_dir: str = "") -> config.Settings:
                                suites_dir=suites_dir or config.current().suites_dir)
 
 
-def run(assignment: str, draws: int, only: str | None, log, suites_dir: str = "") -> dict:
-    """Mutants, oracle and grading of one assignment's graded parts: the counts and every mutant's fate."""
+def run(assignment: str, draws: int, only: str | None, log, suites_dir: str = "", cap: int | None = None) -> dict:
+    """Mutants, oracle and grading of one assignment's graded parts: the counts and every mutant's fate (of at most
+    `cap` mutants a part, spread evenly over them)."""
     grading = settings(suites_dir)
     result: dict = {"assignment": assignment, "parts": {}}
     for part in graded_parts(assignment):
@@ -129,7 +162,8 @@ def run(assignment: str, draws: int, only: str | None, log, suites_dir: str = ""
         started = time.time()
         oracle = Oracle(assignment, part, draws)
         rows = []
-        for m in mutants(part, variants.reference_sources(assignment)[part]):
+        found = mutants(part, variants.reference_sources(assignment)[part])
+        for m in sample(found, cap):
             witness = oracle.witness_in_child(m)
             row: dict = {"name": m.name, "operator": m.operator, "line": m.line, "before": m.before, "after": m.after,
                    "witness": witness}
@@ -144,7 +178,9 @@ def run(assignment: str, draws: int, only: str | None, log, suites_dir: str = ""
         result["parts"][part] = {"mutants": len(rows), "equivalent": len(rows) - len(distinct),
                                  "distinct": len(distinct), "caught": caught,
                                  "score": caught / len(distinct) if distinct else 1.0,
-                                 "seconds": round(time.time() - started), "rows": rows}
+                                 "seconds": round(time.time() - started), "rows": rows,
+                                 **({"of": len(found)} if len(rows) < len(found) else {}),
+                                 **({"launcher": oracle.launcher} if oracle.launcher != part else {})}
     return result
 
 
@@ -176,6 +212,15 @@ def report(results: list[dict]) -> str:
             lines.append(f"| **{res['assignment']}** | all | | | {totals[0]} | {totals[1]} | "
                          f"**{score(totals[1], totals[0])}** | {totals[3]} / {totals[2]} | "
                          f"**{score(totals[3], totals[2])}** |")
+    notes = [f"- `{res['assignment']}/{part}`: "
+             + (f"{p['mutants']} of its {p['of']} mutants, spread evenly over them (`--max-mutants`). " if "of" in p
+                else "")
+             + (f"A Triton kernel: the oracle ran each mutant through the course's launcher `{p['launcher']}` in "
+                "Triton's interpreter, on that launcher's edges and drawn calls and the families."
+                if "launcher" in p else "")
+             for res in results for part, p in res["parts"].items() if "of" in p or "launcher" in p]
+    if notes:
+        lines += ["", *notes]
     lines += ["", "## Survivors", ""]
     survivors = [(res["assignment"], r) for res in results for p in res["parts"].values() for r in p["rows"]
                  if r["witness"] is not None and not r["caught"]]
@@ -194,11 +239,15 @@ def main(argv=None) -> int:
     ap.add_argument("--only", help="one part (its solution cell's grade_id)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where mutation.md and mutation.json go")
     ap.add_argument("--suites", default="", help="grade with the suites in this folder (another version of them)")
+    ap.add_argument("--max-mutants", type=int, default=None, help="at most this many mutants a part, spread evenly")
     args = ap.parse_args(argv)
+    # A kernel exercise's parts run in Triton's interpreter here, chosen when triton is first imported (its language's
+    # own functions are made then), which torch may do early (torch._dynamo): so before any part is run.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
     results = []
     for assignment in args.assignments:
         results.append(run(assignment, args.draws, args.only, lambda s: print(s, file=sys.stderr, flush=True),
-                           args.suites))
+                           args.suites, args.max_mutants))
     text = report(results)
     print(text)
     out = Path(args.out)

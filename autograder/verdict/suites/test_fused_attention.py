@@ -617,6 +617,12 @@ def test_causal_attention_kernel_on_drawn_inputs(learner):
 
 
 @CAUSAL
+def test_causal_attention_kernel_strided(learner):
+    """arguments that are not contiguous in memory (views of transposed tensors): the kernel uses the strides"""
+    family(learner, "flash_attention_causal", "strided", 7304)
+
+
+@CAUSAL
 @pytest.mark.weight(2)
 def test_causal_attention_kernel_bytes(learner):
     """reads K and V only in the blocks on or below the diagonal (and Q, O, the log-sum-exp once)"""
