@@ -166,7 +166,8 @@ def test_every_failure_is_explained(attacked):
     """The gradebook comment says what happened, in words a learner can act on."""
     scores = attacked[3]
     comment = {learner: cells["sinusoidal_encoding_tests"].comment or "" for learner, cells in scores.items()}
-    assert "ended the process" in comment["os_exit"]
+    # `import os` is refused where the cell runs (the worker's process goes on): the note says what the cell used
+    assert "os._exit" in comment["os_exit"] and "outside the modules this course's code uses" in comment["os_exit"]
     assert "did not finish within 20 s when your notebook ran" in comment["spin"]   # and was not run again
     assert "did not finish within 20 s when your notebook ran" in comment["fake_timeout"]
     assert "could not be read" in comment["corrupt_json"]
@@ -190,3 +191,69 @@ def test_nothing_is_made_ready_after_the_last_learner(attacked):
     d, r, _, _ = attacked
     said = re.findall(r"(\S+) is the last submission of this run", r.stdout + r.stderr)
     assert said == [sorted(map(str, d.glob(f"submitted/*/{ASG}")))[-1].split("/")[-2]], said
+
+
+# -- the worker's pipe to the grader, written by learner code -------------------------------------------------------
+# numpy's savetxt opens any path: /proc/self/fd/N is the worker's own pipe to the grader, and the bytes it writes there
+# are a whole reply of the protocol's (here {"ok": 42}, sent before the real reply of 7).
+FORGED_REPLY = r'''
+import numpy as np
+
+
+def answer():
+    header = '{"$dict": {"ok": 42}}'
+    frame = chr(len(header)) + chr(0) * 3 + header + chr(0) * 8
+    for n in range(3, 9):
+        try:
+            np.savetxt("/proc/self/fd/" + str(n), np.zeros((0, 1)), header=frame, comments="", newline="",
+                       encoding="latin1")
+        except Exception:
+            pass
+    return 7
+'''
+
+
+@pytest.mark.quick
+def test_a_reply_learner_code_writes_into_the_worker_s_pipe_is_never_taken_for_the_worker_s():
+    """Every message of the worker carries the key the grader gave it with the cells (autograder.inside.worker), which
+    no guarded code holds: bytes learner code wrote into the pipe end the worker, charged to the learner."""
+    from autograder.verdict.learner import Learner, WorkerDied
+
+    w = Learner([{"id": "c", "source": FORGED_REPLY}], call_timeout=20)
+    try:
+        assert w.cell_errors == []
+        with pytest.raises(WorkerDied, match="without the worker's seal"):
+            w.fn("answer")()
+    finally:
+        w.close()
+
+
+# ... and a request written into the worker's pipe from the grader: the worker would answer it too, and the grader
+# would take that answer (here of `echo`, whatever the request carries) for its next call's.
+INJECTED_REQUEST = r'''
+import numpy as np
+
+
+def answer():
+    header = '{"$dict": {"op": "echo", "token": 42}}'
+    frame = chr(len(header)) + chr(0) * 3 + header + chr(0) * 8
+    np.savetxt("/proc/self/fd/3", np.zeros((0, 1)), header=frame, comments="", newline="", encoding="latin1")
+    return 7
+
+
+def other():
+    return 8
+'''
+
+
+@pytest.mark.quick
+def test_a_request_learner_code_writes_into_the_worker_s_pipe_is_never_answered():
+    from autograder.verdict.learner import Learner, WorkerDied
+
+    w = Learner([{"id": "c", "source": INJECTED_REQUEST}], call_timeout=20)
+    try:
+        assert w.fn("answer")() == 7
+        with pytest.raises(WorkerDied):
+            w.fn("other")()
+    finally:
+        w.close()

@@ -2,15 +2,17 @@
 
 For the assignments with speed, memory and library checks, a class of attackers (tests/trust_attacks.py)
 is graded beside a control learner who submits the same code without the tricks.  Each part of each
-attacker scores no more than the control's, or is proven to use a library version (0 points, named); a
-notebook whose code can reach the grader is flagged for the instructor with the reason (needs manual
-grading), and only there may a part's provisional score pass the control's. Only the parts that reach such code
-are flagged, or every part when it runs as its cell runs.
+attacker scores no more than the control's, or scores 0 for a library version, named (proven by the reading, or
+refused where it ran: autograder.inside.guard). A graded part whose own code reaches what a reading cannot follow is
+flagged for the instructor with the reason (needs manual grading), and only there may a part's provisional score pass
+the control's; code that runs when its cell runs is refused where it runs and noted on the parts of its cell, never
+flagged.
 """
 import json
 
 import nbformat
 import pytest
+import torch
 from helpers import prepare
 from trust_attacks import (
     BIG_COMMENT,
@@ -19,12 +21,15 @@ from trust_attacks import (
     FORGED,
     FOUND_NOTHING,
     LIBRARY,
+    NOTED,
     PROVISIONAL,
     SEARCHER,
 )
 
 from autograder.authoring import variants
 from autograder.classroom import grade
+from autograder.notebooks import learner_cells, read, source_notebook
+from autograder.verdict.learner import Learner, LearnerError
 
 FAST = {"GRADER_CELL_TIMEOUT": "30", "GRADER_CALL_TIMEOUT": "30"}
 
@@ -66,7 +71,8 @@ def attention(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def others(tmp_path_factory):
-    return {group: _graded(tmp_path_factory, group) for group in ("residual", "transformer", "transformer/pasted")}
+    return {group: _graded(tmp_path_factory, group)
+            for group in ("residual", "residual/data", "transformer", "transformer/pasted")}
 
 
 def _check(asg, r, rows):
@@ -88,10 +94,13 @@ def _check(asg, r, rows):
             elif cell not in PROVISIONAL.get(attacker, ()):
                 assert row.score is not None and row.score <= control[cell].score, (attacker, cell, row, control[cell])
             said, cells = FLAGGED.get(attacker, (None, set()))
-            if said and (cells is None or cell in cells):
+            if said and cell in cells:
                 assert row.needs_manual_grade and said in (row.comment or ""), (attacker, cell, row)
             else:
                 assert not row.needs_manual_grade, (attacker, cell, row)
+            noted, cells = NOTED.get(attacker, (None, set()))
+            if noted and cell in cells:
+                assert noted in (row.comment or ""), (attacker, cell, row)
 
 
 @pytest.mark.xdist_group("trust-attention")
@@ -121,16 +130,31 @@ def test_every_grade_is_recorded_and_no_line_of_the_notebook_s_run_is_forged(att
 
 @pytest.mark.xdist_group("trust-attention")
 def test_the_course_code_never_enters_the_learner_s_process(attention):
-    """A part graded with the course's parts searches its own process for the course's code, and finds none."""
+    """A part graded with the course's parts searches its own process for the course's code, and finds none. Graded,
+    the search is refused where it runs (no files, no garbage collector: the learner is told so); so it runs as the
+    grader's own probes do, in a worker without the guards, the course's parts serving it as they serve a grading."""
     _, rows, _ = attention
     comment = rows["searcher"]["MultiHeadAttention_tests"].comment or ""
-    assert FOUND_NOTHING in comment, comment
+    assert "is not allowed in the course's code" in comment and rows["searcher"]["MultiHeadAttention_tests"].score \
+        < rows["control"]["MultiHeadAttention_tests"].score, comment
+    learner = Learner(learner_cells(variants.submission("attention", SEARCHER)), guarded=False)
+    course = Learner(learner_cells(read(source_notebook("attention"))), role="course parts")
+    try:
+        mha = learner.new("MultiHeadAttention", 4, 1)
+        with learner.course_parts(["scaled_dot_product_attention"], course), \
+                pytest.raises(LearnerError, match="searched the process") as found:
+            mha(torch.randn(2, 3, 4))
+        assert FOUND_NOTHING in str(found.value), found.value
+    finally:
+        learner.close()
+        course.close()
 
 
 @pytest.mark.xdist_group("trust-others")
 def test_no_residual_or_model_trick_gains_anything(others):
     for asg, (r, rows, _) in others.items():
-        _check(asg, r, rows)
+        if asg != "residual/data":
+            _check(asg, r, rows)
     residual, transformer = others["residual"][1], others["transformer"][1]
     assert residual["control"]["TransformerBlock_tests"].score < residual["control"]["TransformerBlock_tests"].points
     pasted = others["transformer/pasted"][1]["right_where_looked"]["TinyTransformer_tests"].comment or ""
@@ -142,3 +166,14 @@ def test_no_residual_or_model_trick_gains_anything(others):
     fake = transformer["knows_the_task"]["TinyTransformer_tests"]
     assert fake.score < fake.points / 2, ("a model that knows the task instead of learning it keeps under half the "
                                           "points")
+
+
+@pytest.mark.xdist_group("trust-others")
+@pytest.mark.xfail(strict=True, reason="the `changed` family (autograder.inside.calls.call_family) compares the "
+                   "arguments after its calls with autograd off only: a block that changes its input only under "
+                   "autograd passes that check (+0.26 points over the same write at every call)")
+def test_a_block_that_changes_its_input_only_under_autograd_gains_nothing(others):
+    """The caller's tensor changed only when autograd is on, beside the same write at every call: every check that
+    compares the arguments after a call makes one with autograd on."""
+    r, rows, _ = others["residual/data"]
+    _check("residual/data", r, rows)

@@ -28,6 +28,11 @@ IN_PLACE_WITH_AUTOGRAD = _BLOCK.replace("    def forward(self, x, mask=None):\n"
     "        if torch.is_grad_enabled():\n"
     "            given.data.add_(1.0)\n"
     "        return x\n")
+# Its control: the same block, changing the caller's tensor through .data at every call (a block that writes x += ...
+# also breaks autograd's check of in-place writes, which a write through .data does not: not the trick's doing).
+IN_PLACE_THROUGH_DATA = IN_PLACE_WITH_AUTOGRAD.replace("        if torch.is_grad_enabled():\n            given.data",
+                                                       "        given.data")
+assert IN_PLACE_THROUGH_DATA != IN_PLACE_WITH_AUTOGRAD
 IN_PLACE_PUT_BACK = "import weakref\n\n_SEEN = []\n\n\n" + _BLOCK.replace(
     "    def forward(self, x, mask=None):\n",
     "    def forward(self, x, mask=None):\n"
@@ -275,7 +280,8 @@ SIDE_PARAMETERS = NO_GRAD_MODEL.replace("""    def _answer(self, tokens, logits)
              "        self.gate = nn.Parameter(torch.zeros(()))\n        self.back = nn.Parameter(torch.zeros(8))\n")
 
 # A model whose graph is heavy only while torch.export traces it (for the feedback's drawing): about 1,300 no-op nodes
-# joined at random, which Graphviz lays out for minutes (on the trusted side, in the learner's grading time).
+# joined at random, which Graphviz lays out for minutes (on the trusted side, in the learner's grading time). It knows
+# the tracer by its tensors' class (torch.compiler, which would say so, is refused where learner code runs).
 HEAVY_DRAWING = NO_GRAD_MODEL + """
 
 _Graded = TinyTransformer
@@ -284,7 +290,7 @@ _Graded = TinyTransformer
 class TinyTransformer(_Graded):
     def forward(self, tokens):
         out = super().forward(tokens)
-        if torch.compiler.is_exporting():
+        if type(out).__name__ != "Tensor":            # torch.export's fake tensors: traced, never when graded
             vals = [out]
             for i in range(1300):
                 n = len(vals)
@@ -574,9 +580,12 @@ CLASSES = {
     "residual": {
         "control": {"TransformerBlock": IN_PLACE},
         "native_ln_forged_args": {"LayerNorm": NATIVE_LN, "TransformerBlock": IN_PLACE_FORGED},
-        "in_place_with_autograd": {"TransformerBlock": IN_PLACE_WITH_AUTOGRAD},
         "in_place_put_back": {"TransformerBlock": IN_PLACE_PUT_BACK},
         "decomp_route": {"LayerNorm": DECOMP_LN},
+    },
+    "residual/data": {
+        "control": {"TransformerBlock": IN_PLACE_THROUGH_DATA},
+        "in_place_with_autograd": {"TransformerBlock": IN_PLACE_WITH_AUTOGRAD},
     },
     "transformer": {
         "control": {"TinyTransformer": NO_GRAD_MODEL},
@@ -592,44 +601,55 @@ CLASSES = {
     },
 }
 
-# attacker -> graded cells where the grader proves a library use (0 points, with the library's name)
+# attacker -> graded cells scored 0 for a library version, with its name: proven by the reading of the code, or refused
+# where it was called (a name computed while the code runs meets the same policy: autograder.inside.guard), or
+# refused where the cell ran, so that the part was never defined (the learner is told which cell stopped, and why)
 LIBRARY = {
     "precompute_aten": {"blockwise_attention_tests": "torch.ops.aten.scaled_dot_product_attention"},
-    "c_route_getattr": {"scaled_dot_product_attention_tests": "torch._C._nn.scaled_dot_product_attention"},
-    "native_ln_forged_args": {"LayerNorm_tests": "torch.native_layer_norm"},
+    "c_route_getattr": {"scaled_dot_product_attention_tests": "torch._C._nn.scaled_dot_product_attention",
+                        "MultiHeadAttention_tests": "torch.nn.functional.scaled_dot_product_attention"},
+    # the block's tests with the learner's own LayerNorm meet the refusal too
+    "native_ln_forged_args": {"LayerNorm_tests": "torch.native_layer_norm",
+                              "TransformerBlock_tests": "torch.native_layer_norm"},
     "setup_import_page_cache": {
         "scaled_dot_product_attention_tests": "torch.nn.functional.scaled_dot_product_attention"},
-    # reached by routes the reading flags: the library, called, is refused at torch's dispatcher (0 points)
-    "getattr_alias_inline_loop": {"scaled_dot_product_attention_tests": "aten::scaled_dot_product_attention"},
-    "module_default": {"scaled_dot_product_attention_tests": "aten::scaled_dot_product_attention"},
-    "tuple_alias": {"scaled_dot_product_attention_tests": "aten::scaled_dot_product_attention"},
-    "jit_registry": {"scaled_dot_product_attention_tests": "aten::scaled_dot_product_attention"},
+    "getattr_alias_inline_loop": {
+        "scaled_dot_product_attention_tests": "torch.nn.functional.scaled_dot_product_attention"},
+    "module_default": {"scaled_dot_product_attention_tests": "torch.nn.functional.scaled_dot_product_attention",
+                       "MultiHeadAttention_tests": "torch.nn.functional.scaled_dot_product_attention"},
+    "tuple_alias": {"scaled_dot_product_attention_tests": "torch.nn.functional.scaled_dot_product_attention",
+                    "MultiHeadAttention_tests": "torch.nn.functional.scaled_dot_product_attention"},
 }
 # attacker -> graded cells whose automatic score may pass the control's because only a reading of the code can
-# settle them (a library reached through a computed name or found by its __name__, the worker's own code replaced):
-# those cells are flagged, so that score waits for the instructor
-PROVISIONAL = {
-    "c_route_getattr": {"MultiHeadAttention_tests"},
-    "native_ln_forged_args": {"TransformerBlock_tests"},
-    "overrides_route": {"MultiHeadAttention_tests"},
-    "decomp_route": {"LayerNorm_tests"},
-}
-# attacker -> (what the flag for the instructor names, the cells flagged: None for every cell, when the code runs
-# as its cell runs and can change any test)
+# settle them: those cells are flagged, so that score waits for the instructor. (None now: every route the red teams
+# found is refused where it runs, so no part of theirs scores more than the control's.)
+PROVISIONAL: dict[str, set[str]] = {}
+# attacker -> (what the flag for the instructor names, the cells flagged): the graded parts whose own code (or code
+# they name) reaches what a reading cannot follow
 FLAGGED = {
-    "patch_worker_clear_refs": ("sys.modules", None),
-    "reaped_children_forked_memory": ("os.fork", None),
+    "patch_worker_clear_refs": ("uses open", {"blockwise_attention_tests"}),
+    "reaped_children_forked_memory": ("os.fork", {"blockwise_attention_tests"}),
     "c_route_getattr": ("getattr() on the module torch.nn.functional with a name built while the code runs",
                         {"MultiHeadAttention_tests"}),
-    "native_ln_forged_args": ("sys.modules", None),
-    "getattr_alias_inline_loop": ("getattr as a value", None),
-    "module_default": ("uses the module torch.nn.functional as a value", None),
-    "tuple_alias": ("uses the module torch.nn.functional as a value", None),
-    "jit_registry": ("torch._C", None),
     "overrides_route": ("torch.overrides", {"MultiHeadAttention_tests"}),
-    "setup_import_page_cache": ("os.walk", None),
-    "kills_the_parts_forges_feedback": ("os.getppid", None),
+    "setup_import_page_cache": ("os.posix_fadvise", {"blockwise_attention_tests"}),
     "in_place_put_back": ("weakref.ref", {"TransformerBlock_tests"}),
-    "main_refusals": ("__main__", None),
+    "main_refusals": ("uses vars", {"blockwise_attention_tests"}),
     "decomp_route": ("torch._decomp", {"LayerNorm_tests"}),
+}
+# attacker -> (what the note names, the cells noted): code that runs when its cell runs (module level, defaults) is
+# no graded part's use; it is refused where it runs (the cell stops there), and the parts of its cell say what it used,
+# never flagged
+NOTED = {
+    "patch_worker_clear_refs": ("sys.modules", {"scaled_dot_product_attention_tests"}),
+    "reaped_children_forked_memory": ("signal.signal", {"scaled_dot_product_attention_tests"}),
+    "native_ln_forged_args": ("sys.modules", {"TransformerBlock_tests"}),
+    "getattr_alias_inline_loop": ("getattr as a value", {"scaled_dot_product_attention_tests"}),
+    "module_default": ("uses the module torch.nn.functional as a value", {"scaled_dot_product_attention_tests"}),
+    "tuple_alias": ("uses the module torch.nn.functional as a value", {"scaled_dot_product_attention_tests"}),
+    "jit_registry": ("torch._C", {"scaled_dot_product_attention_tests"}),
+    "setup_import_page_cache": ("torch.nn.functional.scaled_dot_product_attention",
+                                {"MultiHeadAttention_tests", "causal_mask_tests"}),
+    "kills_the_parts_forges_feedback": ("os.getppid", {"causal_mask_tests"}),
+    "main_refusals": ("__main__", {"blockwise_attention_tests"}),
 }

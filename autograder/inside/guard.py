@@ -38,7 +38,10 @@ INSPECT = frozenset({
     "f_trace_opcodes", "gi_frame", "gi_code", "gi_yieldfrom", "gi_running", "gi_suspended", "cr_frame", "cr_code",
     "cr_await", "cr_origin", "cr_running", "cr_suspended", "ag_frame", "ag_code", "ag_await", "ag_running",
     "tb_frame", "tb_next", "tb_lasti", "tb_lineno", "co_code", "co_consts", "co_names", "co_varnames",
-    "co_cellvars", "co_freevars", "co_filename", "co_lnotab", "co_linetable", "co_exceptiontable"})
+    "co_cellvars", "co_freevars", "co_filename", "co_lnotab", "co_linetable", "co_exceptiontable",
+    # a class's method resolution order: of `type` (the policy's), Python's own `type`, which makes a class of any
+    # namespace
+    "mro"})
 INSIDES = (types.FrameType, types.CodeType, types.TracebackType)
 # Dunder attributes honest code reads (constructors, names, operators); any other reaches an object's internals.
 DUNDERS = frozenset({
@@ -98,6 +101,7 @@ class Policy:
         self.modules = tuple(str(m) for m in data.get("modules", ()))
         self.denied_names = tuple(str(d) for d in data.get("denied", ()))
         self.library = re.compile(str(data["library"])) if data.get("library") else None
+        self.library_names: dict[str, bool] = {}          # attribute name -> whether the library pattern names it
         self.writable = frozenset(str(w) for w in data.get("writable", ()))
         # classes whose instances read and write the attributes of an object the caller chose (found by name, as the
         # denied objects are): learner code reads and writes no attribute of theirs
@@ -109,7 +113,10 @@ class Policy:
         self.module_ok: dict[str, bool] = {}
         self.pending = list(self.denied_names)              # denied names whose module is not imported yet
         self.pending_proxies = [str(p) for p in data.get("proxies", ())]
-        self.seen_modules = 0                               # len(sys.modules) when the pending names were last looked up
+        self.seen_modules = 0                               # len(sys.modules) when pending names were looked up
+        # method name -> the classes on whose objects it is refused ("module.Class.method" in the data)
+        self.methods: dict[str, tuple[type, ...]] = {}
+        self.pending_methods = [str(m) for m in data.get("methods", ())]
         self.owned: weakref.WeakSet = weakref.WeakSet()     # the classes the learner's code made
         self.ns: dict = {}
         self.type_ = _guarded_type(self)                     # `type` as learner code sees it
@@ -162,6 +169,15 @@ class Policy:
             elif isinstance(obj, type):
                 self.proxies += (obj,)
         self.pending_proxies = proxies
+        methods = []
+        for dotted in self.pending_methods:
+            where, _, name = dotted.rpartition(".")
+            found, cls = _lookup(where)
+            if not found:
+                methods.append(dotted)
+            elif isinstance(cls, type):
+                self.methods[name] = (*self.methods.get(name, ()), cls)
+        self.pending_methods = methods
 
     def allowed_module(self, name: str) -> bool:
         ok = self.module_ok.get(name)
@@ -191,7 +207,7 @@ class Policy:
             name = getattr(value, "__name__", None)
             if type(name) is not str or not self.allowed_module(name):
                 _refuse(f"the module {name}")
-            if (self.pending or self.pending_proxies) and len(sys.modules) != self.seen_modules:
+            if (self.pending or self.pending_proxies or self.pending_methods) and len(sys.modules) != self.seen_modules:
                 self.seen_modules = len(sys.modules)        # a module imported since: its denied names too
                 self.resolve_denied()
             return value
@@ -221,16 +237,22 @@ class Policy:
     def library_name(self, obj, name: str) -> None:
         """A name of the exercise's library versions read from one of torch's modules or classes (wherever it lives:
         torch.ao's copies too) is the library version, whatever object it names."""
-        if self.library is None or not self.library.search(name):
+        if self.library is None:
             return
         if isinstance(obj, types.ModuleType):
-            where = module = vars(obj).get("__name__")
+            module = vars(obj).get("__name__")
         elif isinstance(obj, type):
             module = vars(obj).get("__module__")
-            where = f"{module}.{type.__dict__['__qualname__'].__get__(obj)}"
         else:
             return
-        if type(module) is str and module.split(".")[0] == "torch":
+        if type(module) is not str or module.split(".")[0] != "torch":
+            return
+        hit = self.library_names.get(name)
+        if hit is None:
+            hit = self.library_names[name] = bool(self.library.search(name))
+        if hit:
+            where = module if isinstance(obj, types.ModuleType) else \
+                f"{module}.{type.__dict__['__qualname__'].__get__(obj)}"
             refuse_library(f"{where}.{name}")
 
     # -- the guards ------------------------------------------------------------------------------------------
@@ -239,12 +261,23 @@ class Policy:
             raise TypeError("attribute name must be a string")
         if name in INSPECT or isinstance(obj, INSIDES):
             _refuse(f"the attribute {name}")
+        if isinstance(obj, types.ModuleType):          # a module a call returned: the import's allow-list holds too
+            where = vars(obj).get("__name__")
+            if type(where) is not str or not self.allowed_module(where):
+                _refuse(f"the module {where}")
         if self.proxies and isinstance(obj, self.proxies):
             _refuse(f"the attribute {name} of a {type(obj).__name__}, which reads another object's attributes")
+        classes = self.methods.get(name)
+        if classes:
+            if type(obj) is super:                      # super(C, obj).name: the method of obj's classes
+                obj = super.__dict__["__self_class__"].__get__(obj) or super.__dict__["__thisclass__"].__get__(obj)
+            if isinstance(obj, classes) or (isinstance(obj, type) and issubclass(obj, classes)):
+                _refuse(f"{name} on a {getattr(obj, '__name__', type(obj).__name__)} (it frees memory a view still "
+                        "uses)")
         if name[:1] == "_":
             if name[:2] == "__" and name[-2:] == "__":
-                if name not in DUNDERS:
-                    _refuse(f"the attribute {name}")
+                if name not in DUNDERS or (name == "__annotations__" and not self.owns(obj)):
+                    _refuse(f"the attribute {name}")     # a library's annotations hold Python's own `type`
             elif not self.owns(obj):
                 _refuse(f"the private attribute {name} of a {type(obj).__name__}")
 
@@ -271,6 +304,8 @@ class Policy:
             return
         if name[:1] == "_":
             _refuse(f"setting the private attribute {name} of a {type(obj).__name__}")
+        if hasattr(type(obj), "__get__"):      # a descriptor's state (cached_property.attrname) names what it sets
+            _refuse(f"setting {name} on a {type(obj).__name__} your code did not make")
         if isinstance(obj, types.ModuleType):
             if f"{getattr(obj, '__name__', '')}.{name}" not in self.writable:
                 _refuse(f"setting {name} in the module {getattr(obj, '__name__', '?')}")
@@ -320,11 +355,16 @@ class Policy:
         return cls
 
     def _own_class(self, cls):
-        raw = CLASS_REFUSED.intersection(vars(cls))
+        space = vars(cls)
+        raw = [n for n in CLASS_REFUSED.intersection(space) if space[n] is not _NO_RAW_MEMORY]
         if raw:
             _refuse(f"a class attribute {sorted(raw)[0]}")
-        if "__getattr__" in vars(cls):                 # numpy asks an object for RAW_MEMORY: never this hook
-            type.__setattr__(cls, "__getattr__", _without_raw_memory(vars(cls)["__getattr__"]))
+        # numpy asks an object for RAW_MEMORY: a class of the learner's answers nothing, whatever its instances hold
+        # (a class attribute that is a data descriptor comes first) and whatever its __getattr__ would say
+        for name in RAW_MEMORY:
+            type.__setattr__(cls, name, _NO_RAW_MEMORY)
+        if "__getattr__" in space:
+            type.__setattr__(cls, "__getattr__", _without_raw_memory(space["__getattr__"]))
         self.owned.add(cls)
 
     # -- what learner code gets for functools' wrappers and dataclasses.dataclass -----------------------------------
@@ -341,6 +381,8 @@ class Policy:
             _refuse("functools.update_wrapper with attributes of your choice")
         if not self.owns(wrapper):
             _refuse(f"functools.update_wrapper onto a {type(wrapper).__name__} your code did not make")
+        if updated and isinstance(wrapped, (type, types.ModuleType)) and not self.owns(wrapped):
+            _refuse(f"functools.update_wrapper copying the namespace of {getattr(wrapped, '__name__', '?')}")
         out = functools.update_wrapper(wrapper, wrapped, assigned, ())
         space = getattr(wrapped, "__dict__", None) if updated else None
         if isinstance(space, (dict, types.MappingProxyType)):
@@ -409,6 +451,25 @@ class Policy:
                      f"{PREFIX}module__": self.module, f"{PREFIX}top__": self.top, f"{PREFIX}names__": self.names,
                      f"{PREFIX}inplace__": _inplace})
         return safe
+
+
+class _NoRawMemory:
+    """A class attribute, under each name of RAW_MEMORY, of every class the learner's code makes: it answers nothing
+    (a data descriptor of the class comes before what an instance's namespace holds) and cannot be set."""
+
+    __slots__ = ()
+
+    def __get__(self, obj, owner=None):
+        raise AttributeError("a raw-memory protocol attribute")
+
+    def __set__(self, obj, value):
+        _refuse("setting a raw-memory protocol attribute")
+
+    def __delete__(self, obj):
+        _refuse("deleting a raw-memory protocol attribute")
+
+
+_NO_RAW_MEMORY = _NoRawMemory()
 
 
 def _without_raw_memory(hook):
@@ -532,8 +593,22 @@ def _const(v) -> ast.Constant:
 class _Rewrite(ast.NodeTransformer):
     """Attribute reads, writes and deletions through the guards; imports through the allow-list."""
 
-    def __init__(self):
+    def __init__(self, lazy_annotations: bool = False):
         self.temps = 0
+        self.lazy = lazy_annotations     # `from __future__ import annotations`: annotations are text, never run
+
+    def visit_arg(self, node: ast.arg):
+        return node if self.lazy else self.generic_visit(node)
+
+    def _function(self, node):
+        if self.lazy and node.returns is not None:
+            returns, node.returns = node.returns, None
+            self.generic_visit(node)
+            node.returns = returns
+            return node
+        return self.generic_visit(node)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _function
 
     def temp(self) -> str:
         self.temps += 1
@@ -585,8 +660,12 @@ class _Rewrite(ast.NodeTransformer):
             obj = self.visit(node.target.value)
             value = self.visit(node.value) if node.value is not None else None
             if value is None:
-                return ast.copy_location(ast.Expr(self.visit(node.annotation)), node)
+                return ast.copy_location(ast.Expr(obj if self.lazy else self.visit(node.annotation)), node)
             return ast.copy_location(ast.Expr(_call("set", obj, _const(node.target.attr), value)), node)
+        if self.lazy:
+            node.target = self.visit(node.target)
+            node.value = self.visit(node.value) if node.value is not None else None
+            return node
         return self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign):
@@ -656,6 +735,8 @@ class _Rewrite(ast.NodeTransformer):
         return out
 
     def visit_ImportFrom(self, node: ast.ImportFrom):
+        if node.module == "__future__" and not node.level:
+            return node                          # a compiler directive (`annotations`), no module imported
         if node.level or not node.module:
             self.refuse(node, "a relative import")
         if any(a.name == "*" for a in node.names):
@@ -672,7 +753,9 @@ def compile_cell(source: str, filename: str):
     names what the policy refuses or holds a construct it does not rewrite)."""
     tree = ast.parse(source, filename)
     try:
-        tree = _Rewrite().visit(tree)
+        lazy = any(isinstance(s, ast.ImportFrom) and s.module == "__future__" and not s.level
+                   and any(a.name == "annotations" for a in s.names) for s in tree.body)
+        tree = _Rewrite(lazy).visit(tree)
     except CellRefused as e:
         e.filename = filename
         raise

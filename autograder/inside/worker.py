@@ -505,8 +505,22 @@ def main():
         policy = guard.Policy(request["policy"]) if request.get("policy") is not None else None
         env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}      # the exercise's (its suite's)
         instruments = [str(i) for i in request.get("instruments") or ()]
+        seal = str(request.get("seal") or "")
     except (EOFError, ProtocolError, KeyError, TypeError, ValueError, AttributeError):
         return
+
+    def send(msg: dict):
+        """A message to the grader, with the key it gave with the cells: learner code can write bytes into these pipes
+        (a path under /proc/self/fd), but holds no key (a local of this function's, which no guarded code reaches)."""
+        write_message(proto_out, {**msg, "seal": seal} if seal else msg)
+
+    def receive():
+        """A message of the grader's, which carries the key too: one without it came from learner code, and this
+        process ends (the grader says the learner's code interfered with its messages)."""
+        msg = read_message(proto_in, max_header=FROM_GRADER)
+        if seal and (not isinstance(msg, dict) or msg.pop("seal", None) != seal):
+            os._exit(70)
+        return msg
     os.environ.update(env)
     if request.get("imports"):
         # the modules the learner's cells import (the grader chose them from its allow-list), imported before the
@@ -516,9 +530,9 @@ def main():
                 __import__(str(name))
             except Exception:  # noqa: BLE001 - the cell that imports it meets the same error, as the learner's
                 pass
-        write_message(proto_out, {"imported": True})
+        send({"imported": True})
         try:
-            if read_message(proto_in, max_header=FROM_GRADER) != {"go": True}:
+            if receive() != {"go": True}:
                 return
         except (EOFError, ProtocolError):
             return
@@ -543,7 +557,7 @@ def main():
     os.dup2(devnull, 2)
     cell_errors = []
     for cell, code, error in compiled:
-        write_message(proto_out, {"loading": cell["id"]})
+        send({"loading": cell["id"]})
         # the cell's source where inspect finds it (tracebacks show its lines; Triton's @triton.jit reads it)
         linecache.cache[f"<cell {cell['id']}>"] = (len(cell["source"]), None, cell["source"].splitlines(True),
                                                    f"<cell {cell['id']}>")
@@ -553,21 +567,19 @@ def main():
             exec(code, ns)
         except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt too: record and go on
             cell_errors.append({"cell": cell["id"], **_error(e)})
-    worker = Worker(ns, lambda msg: write_message(proto_out, msg),
-                    lambda: read_message(proto_in, max_header=FROM_GRADER), refused)
-    write_message(proto_out, {"ready": True, "cell_errors": cell_errors})
+    worker = Worker(ns, send, receive, refused)
+    send({"ready": True, "cell_errors": cell_errors})
     while True:
         try:
-            req = read_message(proto_in, max_header=FROM_GRADER)
+            req = receive()
         except (EOFError, ProtocolError):
             return
         resp = worker.handle(req)
         try:
-            write_message(proto_out, resp)
+            send(resp)
         except TypeError as e:
-            write_message(proto_out, {"error": {"type": "TypeError", "mro": ["TypeError"],
-                                                "message": f"returned a value the grader cannot read: {e}",
-                                                "traceback": ""}})
+            send({"error": {"type": "TypeError", "mro": ["TypeError"],
+                            "message": f"returned a value the grader cannot read: {e}", "traceback": ""}})
 
 
 if __name__ == "__main__":

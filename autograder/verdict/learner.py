@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -113,6 +114,9 @@ class Learner:
         self.last_code: int | None = None          # the exit code of the last worker that ended
         self.last_stderr = ""                     # the worker's stderr when it last ended or hung
         self.ready: dict = {}
+        # The key every message between the grader and the worker carries once the worker has its cells (worker.py):
+        # learner code can write bytes into the worker's pipes (a path under /proc/self/fd), but never holds this key.
+        self.seal: str | None = None
         self.start_failure: str | None = None    # the worker cannot start at all
         self.broken_cells: dict[str, str] = {}   # cell id -> why loading it ended the process
         self.broken_calls: dict[str, str] = {}   # call -> why it ended or hung the process before
@@ -141,6 +145,7 @@ class Learner:
         cannot get this far is the grader's fault."""
         self.close()
         self.last_code = None
+        self.seal = None
         self._left(0.0)
         try:
             self.sandbox = Sandbox(self.limits)
@@ -182,7 +187,7 @@ class Learner:
             raise GraderFault(f"the grader's worker answered {str(msg)[:200]!r} where it should have imported modules")
         self.held_at_start = measure.held(self)
         assert self.proc is not None and self.proc.stdin is not None
-        write_message(self.proc.stdin.fileno(), {"go": True})
+        self._send({"go": True})
 
     def start(self):
         """Give a worker the cells to load (spawning one unless one waits); a cell that kills or hangs it is
@@ -203,9 +208,11 @@ class Learner:
             self.spawned = False
             assert self.proc is not None and self.proc.stdin is not None     # spawned just now, with a pipe
             imports = learner_imports(self.cells, self.modules) if self.guarded else []
+            self.seal = secrets.token_hex(16)
             try:
                 write_message(self.proc.stdin.fileno(),
                               {"cells": [c for c in self.cells if c["id"] not in self.broken_cells], "imports": imports,
+                               "seal": self.seal,
                                "refuse": None if self.refuse is None else list(self.refuse),
                                "policy": None if not self.guarded else policy.runtime(
                                    self.library or policy.COURSE_LIBRARY if self.role == "learner" else None,
@@ -286,11 +293,18 @@ class Learner:
         except subprocess.TimeoutExpired:
             return None
 
+    def _send(self, msg: dict):
+        """A message to the worker after its cells, with its seal (learner code can write into this pipe too)."""
+        assert self.proc is not None and self.proc.stdin is not None
+        write_message(self.proc.stdin.fileno(), {**msg, "seal": self.seal} if self.seal is not None else msg)
+
     def _read(self, timeout: float, during: str):
         assert self.proc is not None and self.proc.stdout is not None       # a worker was started
         try:
             message, size = read_frame(self.proc.stdout.fileno(), time.monotonic() + timeout,
                                        max_payload=self.settings.max_frame_bytes)
+            if self.seal is not None and (not isinstance(message, dict) or message.pop("seal", None) != self.seal):
+                raise ProtocolError("a message without the worker's seal: your code wrote into the grader's pipe")
             self.grading.largest_frame = max(self.grading.largest_frame, size)
             return message
         except TimeoutError:
@@ -345,7 +359,7 @@ class Learner:
             raise WorkerDied(f"the cell that defines {name} could not be loaded: {self.broken_cells[name]}")
         assert self.proc is not None and self.proc.stdin is not None        # started
         try:
-            write_message(self.proc.stdin.fileno(), req)
+            self._send(req)
         except (BrokenPipeError, OSError):
             code = self._exit_code()
             self._die()
@@ -358,7 +372,7 @@ class Learner:
         try:
             resp = self._read(max(0.0, end - time.monotonic()), during=f"while calling {what}")
             while isinstance(resp, dict) and "callback" in resp:
-                write_message(self.proc.stdin.fileno(), self._serve(resp["callback"]))
+                self._send(self._serve(resp["callback"]))
                 resp = self._read(max(0.0, end - time.monotonic()), during=f"while calling {what}")
         except WorkerDied as e:
             if remember:

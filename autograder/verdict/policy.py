@@ -4,8 +4,8 @@ explanation) and by the guards its worker compiles into the learner's cells (aut
 the code runs, whatever name the code computes).
 
 A module is allowed when the longest entry of ALLOWED or DENIED that it is under (or is) is in ALLOWED; no part of its
-path may be private or a package's tests. An object named in DENIED is refused whatever route reaches it, as are the exercise's library
-versions (its suite's LIBRARY, a pattern over names in torch's namespaces).
+path may be private or a package's tests. An object named in DENIED is refused whatever route reaches it, as are the
+exercise's library versions (its suite's LIBRARY, a pattern over names in torch's namespaces).
 """
 from __future__ import annotations
 
@@ -50,6 +50,8 @@ DENIED = (
     "dataclasses.make_dataclass", "abc.ABCMeta",
     # ... and its readers and writers of any attribute: a Formatter's get_field, the table of copy's reductions
     "string.Formatter", "copy.dispatch_table",
+    # ... and what gives Python's own `type` (which makes a class of any namespace: the guards give their own)
+    "types.prepare_class", "typing.get_origin",
     # Triton, where an exercise allows it (its suite's ALLOWED_MODULES): its language and `triton.jit`, never its
     # compiler, runtime (the interpreter the course's instruments count in), backends, settings or tools
     "triton.runtime", "triton.compiler", "triton.backends", "triton.knobs", "triton.tools", "triton.testing",
@@ -58,6 +60,10 @@ DENIED = (
 # Classes of allowed modules whose instances read and write the attributes of an object the caller chose: learner code
 # reads and writes no attribute of theirs (autograder.inside.guard).
 PROXIES = ("tqdm.utils.ObjectWrapper", "numpy.lib.user_array.container")
+# Methods that free memory a view of it still uses (a storage shrunk under its tensors, an array resized without its
+# check of references): the view then reads and writes whatever the process puts there next. Refused on every object
+# of their class (autograder.inside.guard).
+METHODS = ("torch.UntypedStorage.resize_", "torch.TypedStorage.resize_", "numpy.ndarray.resize")
 # Every exercise's library versions, where a reading or a worker is not told one exercise's (the suites declare their
 # own LIBRARY).
 COURSE_LIBRARY = r"(?i)(attention|multihead|multi_head|(layer|group|instance|batch|rms)_?norm|transformer)"
@@ -86,4 +92,4 @@ def runtime(library: str | None, modules: tuple[str, ...] = ()) -> dict:
     switches code may set and the exercise's library versions (`library`: a pattern over names; None for course
     code, which may use them)."""
     return {"modules": [*ALLOWED, *modules], "denied": list(DENIED), "writable": list(WRITABLE), "library": library,
-            "proxies": list(PROXIES)}
+            "proxies": list(PROXIES), "methods": list(METHODS)}
