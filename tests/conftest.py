@@ -31,6 +31,9 @@ FILE_TIERS = {
     "full": ["test_redteam.py", "test_trust.py", "test_site.py"],
 }
 _TIER_OF = {name: tier for tier, names in FILE_TIERS.items() for name in names}
+# How many tests each tier holds, when a run collected every test file unfiltered (docs/testing.md gives them, and
+# tests/test_house.py checks it says what this run counted).
+TIER_COUNTS = pytest.StashKey[dict]()
 
 
 def pytest_configure(config):
@@ -54,6 +57,12 @@ def pytest_collection_modifyitems(config, items):
         if name not in _TIER_OF:
             raise pytest.UsageError(f"tests/{name} has no tier: add it to FILE_TIERS in tests/conftest.py")
         item.add_marker(_TIER_OF[name])
+    files = {Path(str(item.fspath)).name for item in items}
+    if files >= set(_TIER_OF) and not config.option.keyword:
+        counts = dict.fromkeys(TIERS, 0)
+        for item in items:
+            counts[next(t for t in TIERS if item.get_closest_marker(t))] += 1
+        config.stash[TIER_COUNTS] = counts
 
 
 @pytest.fixture(scope="session")

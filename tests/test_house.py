@@ -258,3 +258,15 @@ def test_every_exercise_is_one_complete_unit_of_its_own_files():
     assert absent.missing()[:4] == [str(p.relative_to(ROOT)) for p in (absent.source, absent.suite, absent.variants,
                                                                       absent.release)]
     assert absent.suite.name == "test_nope.py" and absent.source.parent.name == "nope"
+
+
+def test_the_docs_give_each_tier_s_count(request):
+    """docs/testing.md's tier table says how many tests each tier holds, as this run counted them (a run that
+    collects every test file: `make test`, `make test-full`)."""
+    from conftest import TIER_COUNTS
+
+    counts = request.config.stash.get(TIER_COUNTS, None)
+    if counts is None:
+        pytest.skip("only a run that collects every test file counts the tiers")
+    rows = re.findall(r"^\| `(\w+)` \| [^|]+ \| (\d+) \|", (ROOT / "docs" / "testing.md").read_text(), re.M)
+    assert {tier: int(n) for tier, n in rows} == counts, "docs/testing.md's tier table: give each tier's count"
