@@ -9,7 +9,7 @@ removed, no feedback is written, the log names the fault with the sandbox's or t
 grading's stored record says it could not grade, and why; `autograder.classroom.classgrade` lists it as a grader
 error, from that record, apart from a submission with nothing to grade.
 A learner whose every call hangs is stopped at the budget and graded (the learner's doing), and a
-worker that sends a frame of 1 GiB is refused without reading it.
+worker that sends a frame of 512 MiB is refused without reading it.
 """
 import csv
 import dataclasses
@@ -104,8 +104,8 @@ def test_the_suite_stops_at_the_first_grader_fault():
     no_threads = dataclasses.replace(config.current(), threads=0, warm_suite=False)
     grading = hidden.grade(variants.submission(ASG), ASG, settings=no_threads)
     assert grading.fault is not None and "ended before running any learner code" in grading.fault, grading.fault
-    failed = re.findall(r"^\s*\|?\s*def (test_\w+)\(", grading.log, re.M)
-    assert len(failed) == 1, f"the suite went on past the fault: {failed}"
+    summary = re.findall(r"^(\d+) failed(?:, (\d+) passed)? in ", grading.log, re.M)
+    assert summary == [("1", "")], f"the suite went on past the fault: {summary} {grading.log[-1500:]}"
 
 
 @SHARED
@@ -183,28 +183,29 @@ def test_a_learner_whose_every_call_hangs_is_stopped_at_the_budget(tmp_path):
     assert rec is not None and rec["gradable"] is True and rec["fault"] is None, rec
 
 
-# -- a frame of 1 GiB -----------------------------------------------------------------------------------
-# An answer of 1 GiB (2^28 float32 zeros): the worker sends it as one frame, which declares its size first.
+# -- a frame of 512 MiB ---------------------------------------------------------------------------------
+# An answer of 512 MiB (2^27 float32 zeros): the worker sends it as one frame, which declares its size first (the
+# families keep a copy of an answer beside it, all within the sandbox's 4 GiB).
 GIANT_FRAME = '''
 def sinusoidal_encoding(seq_len, d_model, base=10000.0):
-    return torch.zeros(1 << 28)
+    return torch.zeros(1 << 27)
 '''
 
 
 def test_a_giant_frame_is_refused_unread():
-    """The trusted suite process's peak memory (polled from outside) with a worker that sends 1 GiB stays within
+    """The trusted suite process's peak memory (polled from outside) with a worker that sends 512 MiB stays within
     64 MiB of its peak with an honest one, and the learner is told why that part failed."""
     suite = {"suite": SUITE}
     honest, _, honest_peak = peak_memory(lambda: hidden.grade(variants.submission(ASG), ASG), suite)
     giant, _, giant_peak = peak_memory(
         lambda: hidden.grade(variants.submission(ASG, {"sinusoidal_encoding": GIANT_FRAME}), ASG), suite)
     honest_peak, giant_peak = honest_peak.get("suite", 0), giant_peak.get("suite", 0)
-    print(f"\nthe suite process's peak: {honest_peak >> 20} MiB honest, {giant_peak >> 20} MiB with a 1 GiB frame")
+    print(f"\nthe suite process's peak: {honest_peak >> 20} MiB honest, {giant_peak >> 20} MiB with a 512 MiB frame")
     assert honest.fault is None and giant.fault is None, giant.fault
     assert honest_peak > 0 and giant_peak < honest_peak + (64 << 20), (honest_peak >> 20, giant_peak >> 20)
     v = giant.verdicts["sinusoidal_encoding_tests"]
     sizes = [int(n) for d in v.failed if "is too large" in d for n in re.findall(r"payload of (\d+) bytes", d)]
-    assert v.score == 0 and sizes and min(sizes) >= 1 << 30, v.failed
+    assert v.score == 0 and sizes and min(sizes) >= 1 << 29, v.failed
     assert giant.verdicts["rope_tests"].score == 4.0 and giant.verdicts["alibi_bias_tests"].score == 3.0
 
 

@@ -17,8 +17,7 @@ interpreter, on KERNEL_DRAWS of its drawn calls and its edges (fixed by the seed
 reference kernel. `--max-mutants N` takes N mutants per part, spread evenly over them all (a kernel has about 500,
 each judged and graded in the interpreter, with the kernels compiled: 5 to 30 s each).
 
-    python -m autograder.authoring.mutation [ASSIGNMENT ...] [--draws 60] [--only CELL] [--out bench/results]
-                                            [--suites FOLDER] [--max-mutants N]
+    python -m autograder.authoring.mutation [ASSIGNMENT ...] [--draws 60] [--only CELL] [--out DIR] [--max-mutants N]
 """
 from __future__ import annotations
 

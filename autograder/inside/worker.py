@@ -580,6 +580,10 @@ def main():
         except TypeError as e:
             send({"error": {"type": "TypeError", "mro": ["TypeError"],
                             "message": f"returned a value the grader cannot read: {e}", "traceback": ""}})
+        except MemoryError:
+            del resp
+            send({"error": {"type": "MemoryError", "mro": ["MemoryError"], "traceback": "",
+                            "message": "returned a value too large to send to the grader within the memory limit"}})
 
 
 if __name__ == "__main__":
