@@ -169,9 +169,6 @@ def test_no_residual_or_model_trick_gains_anything(others):
 
 
 @pytest.mark.xdist_group("trust-others")
-@pytest.mark.xfail(strict=True, reason="the `changed` family (autograder.inside.calls.call_family) compares the "
-                   "arguments after its calls with autograd off only: a block that changes its input only under "
-                   "autograd passes that check (+0.26 points over the same write at every call)")
 def test_a_block_that_changes_its_input_only_under_autograd_gains_nothing(others):
     """The caller's tensor changed only when autograd is on, beside the same write at every call: every check that
     compares the arguments after a call makes one with autograd on."""

@@ -110,10 +110,10 @@ def _to(a, where):
 
 def call_family(f, args, kwargs, family: str, last_rows: int | None = None) -> dict:
     """`f` called as one family of checks calls it, with its answer as `call_twice` gives it (first, second,
-    args_after): "strided" on arguments that are not contiguous; "changed" a second time after the caller changed the
-    first call's result in place (the first call's arguments as that left them); "meta" on arguments on the "meta"
-    device (a module after `.to("meta")`; one call); and for a module, "float64" after `.to(torch.float64)` on
-    float64 arguments, "train" in training mode (the two calls must agree: no dropout)."""
+    args_after): "strided" on arguments that are not contiguous; "changed" a second time (autograd on) after the
+    caller changed the first call's result in place (the first call's arguments as that left them); "meta" on
+    arguments on the "meta" device (a module after `.to("meta")`; one call); and for a module, "float64" after
+    `.to(torch.float64)` on float64 arguments, "train" in training mode (the two calls must agree: no dropout)."""
     import torch
 
     if family == "strided":
@@ -122,7 +122,8 @@ def call_family(f, args, kwargs, family: str, last_rows: int | None = None) -> d
         with torch.no_grad():
             first_args, first_named = [fresh(a, False) for a in args], {k: fresh(v, False) for k, v in kwargs.items()}
             _change(f(*first_args, **first_named))
-            second_args, named = [fresh(a, False) for a in args], {k: fresh(v, False) for k, v in kwargs.items()}
+        with torch.enable_grad():                   # as call_twice's second call: what autograd alone does shows
+            second_args, named = [fresh(a, True) for a in args], {k: fresh(v, True) for k, v in kwargs.items()}
             second = detached(f(*second_args, **named))
         second = tail(second, last_rows) if last_rows else second
         return {"first": second, "second": second,

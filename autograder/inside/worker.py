@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 DEVICE = os.environ.get("GRADER_DEVICE", "cpu")
 FLUSH_BYTES = 256 << 20       # written before each timed run on a GPU: more than its L2 cache
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _EXACT_HEAP = -1, -3, 128 << 10      # glibc's mallopt options; its default
 
 
 def _cpu_synchronize() -> None:
@@ -425,13 +426,20 @@ class Worker:
     def op_release(self, req):
         """Before a memory measurement: give back what no tensor uses any more, the C heap's free pages to the kernel
         and, on a GPU, what the allocator caches to the driver (what the worker still holds afterwards counts against
-        the measured call: autograder.verdict.timing)."""
+        the measured call: autograder.verdict.timing). `exact`: until the next release, every tensor of more than
+        128 KiB gets pages of its own, given back when it is freed, so that the peak is what the call holds at once,
+        not how the heap happened to fragment; else the heap keeps freed memory for the next tensor again (the
+        sandbox's MALLOC_ settings, autograder.sandbox.box)."""
         import ctypes
         import gc
 
         gc.collect()
         try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
+            libc = ctypes.CDLL("libc.so.6")
+            libc.malloc_trim(0)
+            for option, name in ((_M_MMAP_THRESHOLD, "MALLOC_MMAP_THRESHOLD_"),
+                                 (_M_TRIM_THRESHOLD, "MALLOC_TRIM_THRESHOLD_")):
+                libc.mallopt(option, _EXACT_HEAP if req.get("exact") else int(os.environ.get(name, _EXACT_HEAP)))
         except (OSError, AttributeError):       # not glibc: its heap keeps what it keeps
             pass
         if _release is not None:

@@ -236,12 +236,15 @@ def peak_memory(target: Target, inputs: list[dict], kwargs: dict | None = None, 
         with gpu_lane(proxy):
             outputs, extra = measure.gpu_peak(proxy, lambda: target.run(seed, inputs, kwargs, timeout=timeout))
         return extra, outputs
-    proxy.request({"op": "release"}, what="(memory)")     # what earlier calls freed is not the learner's
+    # What earlier calls freed is not the learner's; the measured call's tensors get pages of their own (worker
+    # op_release), and the heap reuses freed memory again once it is measured.
+    proxy.request({"op": "release", "exact": True}, what="(memory)")
     held = measure.held_since_start(proxy)
     measure.reset_peak(proxy)
     base, _ = measure.now_and_peak(proxy)
     with measure.held_poller(proxy) as own:
         outputs = target.run(seed, inputs, kwargs, timeout=timeout)
+    proxy.request({"op": "release"}, what="(memory)")
     _, peak = measure.now_and_peak(proxy)
     if peak <= 0:
         raise GraderFault(f"an impossible memory measurement ({peak} bytes)")

@@ -88,24 +88,34 @@ def applies(part: Part, call: Call | None, family: str) -> bool:
 FAMILIES = ("strided", "changed", "low precision", "gradients", "float64", "meta", "state_dict", "train")
 
 
-def calls_for(part: Part, ns: dict, family: str, seed: int) -> list[tuple[Call, Expected]]:
-    """The calls of the part for `family` in this grading, with what each should give: its first EDGES edge calls and
-    CALLS drawn calls that the family applies to and whose right answer is not an exception."""
+def calls_for(part: Part, ns: dict, family: str, seed: int) -> list[tuple[Call, Call, Expected]]:
+    """The calls of the part for `family` in this grading, each as the value checks make it and as the family makes it,
+    with what the family's should give: its first EDGES edge calls and CALLS drawn calls that the family applies to and
+    whose right answer is not an exception."""
     out, edges = [], len(part.promises.edges(Draw(0))) if part.promises.edges else 0
     taken = 0
-    for i, call in enumerate(drawn_calls(part, seed, 4 * CALLS)):
-        if not applies(part, call, family) or (i < edges and taken >= EDGES):
+    for i, plain in enumerate(drawn_calls(part, seed, 4 * CALLS)):
+        if not applies(part, plain, family) or (i < edges and taken >= EDGES):
             continue
-        if family == "float64":
-            call = _cast(call, torch.float64)
+        call = _cast(plain, torch.float64) if family == "float64" else plain
         expected = expected_of(part, call, ns, family=family if family in ("float64", "meta") else None)
         if "raised" in expected.outcome:
             continue
-        out.append((call, expected))
+        out.append((plain, call, expected))
         taken += i < edges
         if len(out) >= min(EDGES, edges) + CALLS:
             break
     return out
+
+
+def _value_is_wrong(side, ns: dict, part: Part, plain: Call) -> bool:
+    """Whether the answer to `plain`, called as the value checks call it, is a wrong value: then those checks charge
+    the mistake, and a family has nothing of its own to say. One mistake loses its points once, whether or not this
+    grading's draws happen to show it to a family too. An exception is no value: a part that raises (one not written
+    yet) keeps no promise."""
+    expected = expected_of(part, plain, ns)
+    got = side.run(plain)
+    return "raised" not in expected.outcome and "raised" not in got and expected.judge(plain, got) is not None
 
 
 class Learner:
@@ -174,25 +184,29 @@ def check(side, ns: dict, part: Part, family: str, seed: int):
         return _low_precision(side, ns, part, seed)
     if family == "gradients":
         return _gradients(side, ns, part, seed)
-    for call, expected in calls_for(part, ns, family, seed):
+    for plain, call, expected in calls_for(part, ns, family, seed):
         got = side.remade(call, seed) if family == "state_dict" else side.run(call, family)
         wrong = expected.judge(call, got)
         if wrong:
-            raise Diagnosis(f"{SAID[family]}, {call}: {wrong}", *side.explain(call, got, expected))
+            said = side.explain(call, got, expected)
+            if not _value_is_wrong(side, ns, part, plain):
+                raise Diagnosis(f"{SAID[family]}, {call}: {wrong}", *said)
 
 
 def _low_precision(side, ns: dict, part: Part, seed: int):
     for k, dtype in enumerate(part.promises.low_precision):
-        for call, _ in calls_for(part, ns, "low precision", seed + 31 * k):
-            call = _cast(call, dtype)
+        for plain, _, _ in calls_for(part, ns, "low precision", seed + 31 * k):
+            call = _cast(plain, dtype)
             expected = expected_of(part, call, ns)
             if "raised" in expected.outcome or _overflows(expected):
                 continue
             got = side.run(call)
             wrong = expected.judge(call, got)
             if wrong:
-                raise Diagnosis(f"on {_name(dtype)} inputs (answered in their dtype, at its precision), {call}: "
-                                f"{wrong}", *side.explain(call, got, expected))
+                said = side.explain(call, got, expected)
+                if not _value_is_wrong(side, ns, part, plain):
+                    raise Diagnosis(f"on {_name(dtype)} inputs (answered in their dtype, at its precision), {call}: "
+                                    f"{wrong}", *said)
 
 
 def _overflows(expected: Expected) -> bool:
@@ -224,23 +238,31 @@ GRAD_FLOOR = 1e-8         # a gradient smaller than this everywhere says nothing
 def _gradients(side, ns: dict, part: Part, seed: int):
     """In float64, the gradient of every floating argument and every parameter of the contract is the one autograd
     gives through the course's code."""
-    for call, expected in calls_for(part, ns, "gradients", seed):
-        call = _cast(call, torch.float64)
-        grads = _output_grads(expected.outcome, seeded(seed + 17))
-        theirs, _ = Here(ns, part).gradients(call, grads)
-        mine, state = side.gradients(call, grads)
-        said = f"with autograd, in float64, {call}"
-        for i, (want, have) in enumerate(zip(theirs["args"], mine.get("args") or [])):
-            _same_gradient(want, have, f"argument {i + 1}", said)
-        if state is None or call.state is None:
-            continue
-        have_params = mine.get("params") or {}
-        # The course's gradients by the learner's own names, mapped as the weights are (a mapping that joins or splits
-        # tensors maps their gradients the same way).
-        want_params = part.rename(state, theirs["params"]) if part.rename else theirs["params"]
-        for param, want in want_params.items():
-            if param in have_params or part.rename is None:
-                _same_gradient(want, have_params.get(param), f"the parameter {param}", said)
+    for plain, call, expected in calls_for(part, ns, "gradients", seed):
+        try:
+            _same_gradients(side, ns, part, _cast(call, torch.float64), expected, seed)
+        except Diagnosis:
+            if not _value_is_wrong(side, ns, part, plain):
+                raise
+
+
+def _same_gradients(side, ns: dict, part: Part, call: Call, expected: Expected, seed: int):
+    """The gradients of `call` in the learner's code and in the course's agree (a Diagnosis if not)."""
+    grads = _output_grads(expected.outcome, seeded(seed + 17))
+    theirs, _ = Here(ns, part).gradients(call, grads)
+    mine, state = side.gradients(call, grads)
+    said = f"with autograd, in float64, {call}"
+    for i, (want, have) in enumerate(zip(theirs["args"], mine.get("args") or [])):
+        _same_gradient(want, have, f"argument {i + 1}", said)
+    if state is None or call.state is None:
+        return
+    have_params = mine.get("params") or {}
+    # The course's gradients by the learner's own names, mapped as the weights are (a mapping that joins or splits
+    # tensors maps their gradients the same way).
+    want_params = part.rename(state, theirs["params"]) if part.rename else theirs["params"]
+    for param, want in want_params.items():
+        if param in have_params or part.rename is None:
+            _same_gradient(want, have_params.get(param), f"the parameter {param}", said)
 
 
 def _same_gradient(want, have, what: str, said: str):
