@@ -24,11 +24,12 @@ FILE_TIERS = {
     "quick": ["test_channel.py", "test_guard.py", "test_house.py", "test_record.py", "test_static.py", "test_timing.py",
               "test_gpu.py", "test_sandbox.py", "test_contract.py", "test_labextension.py", "test_book.py",
               "test_bounded.py"],
-    "nbgrader": ["test_class.py", "test_exercises.py", "test_export.py", "test_faults.py", "test_feedback.py",
-                 "test_forkserver.py", "test_grading.py", "test_graph.py", "test_hub.py", "test_instructor_guide.py",
-                 "test_mutation.py", "test_nbgrader_commands.py", "test_pooling.py", "test_release.py",
-                 "test_scaffold.py", "test_service.py", "test_service_stop.py", "test_variants.py"],
-    "full": ["test_redteam.py", "test_trust.py", "test_site.py"],
+    "nbgrader": ["test_class.py", "test_exercises.py", "test_export.py", "test_faults.py", "test_forkserver.py",
+                 "test_grading.py", "test_graph.py", "test_hub.py", "test_mutation.py", "test_nbgrader_commands.py",
+                 "test_release.py", "test_service.py", "test_variants.py"],
+    # whole files too long for make test (docs/testing.md says what make test keeps of each)
+    "full": ["test_redteam.py", "test_trust.py", "test_site.py", "test_instructor_guide.py", "test_feedback.py",
+             "test_pooling.py", "test_scaffold.py", "test_service_stop.py"],
 }
 _TIER_OF = {name: tier for tier, names in FILE_TIERS.items() for name in names}
 # How many tests each tier holds, when a run collected every test file unfiltered (docs/testing.md gives them, and
@@ -47,16 +48,15 @@ def pytest_collection_modifyitems(config, items):
         if any(item.get_closest_marker(tier) for tier in TIERS):
             continue
         fixtures = getattr(item, "fixturenames", ())
-        if "site" in fixtures:
-            item.add_marker("full")
-            continue
-        if "browser" in fixtures:
-            item.add_marker("browser")
-            continue
         name = Path(str(item.fspath)).name
         if name not in _TIER_OF:
             raise pytest.UsageError(f"tests/{name} has no tier: add it to FILE_TIERS in tests/conftest.py")
-        item.add_marker(_TIER_OF[name])
+        if "site" in fixtures or _TIER_OF[name] == "full":
+            item.add_marker("full")
+        elif "browser" in fixtures:
+            item.add_marker("browser")
+        else:
+            item.add_marker(_TIER_OF[name])
     files = {Path(str(item.fspath)).name for item in items}
     if files >= set(_TIER_OF) and not config.option.keyword:
         counts = dict.fromkeys(TIERS, 0)

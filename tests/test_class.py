@@ -290,6 +290,7 @@ def test_a_learner_over_time_is_stopped_with_its_process_tree(tmp_path, monkeypa
     assert not survivors
 
 
+@pytest.mark.full     # make test stops a learner over time with its process tree
 def test_a_learner_stopped_over_time_leaves_no_sandbox_behind(tmp_path, monkeypatch):
     """Its process tree is killed before it could close its sandboxes: their processes, cgroups and folders, and the
     socket of the fork server it started, are removed after it (in a private folder of this test's)."""

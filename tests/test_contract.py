@@ -193,6 +193,7 @@ JUDGED_GRADINGS = [234, *range(100)]   # 234: sizes where torch's layer alone se
 
 
 @pytest.mark.parametrize("name", suite("transformer").PASTED)
+@pytest.mark.full     # 100 gradings' draws
 def test_the_judge_finds_the_course_s_pasted_parts_right_at_every_drawn_size(name):
     """judge.py decides whether a pasted part is the learner's or replaced by the course's, on sizes drawn per grading:
     the course's own part is right at the sizes of every grading drawn here."""

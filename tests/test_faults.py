@@ -160,6 +160,7 @@ HANGS = {name: f"def {name}(*args, **kwargs):\n    while True:\n        pass\n"
          for name in ("sinusoidal_encoding", "rope", "alibi_bias")}
 
 
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_a_learner_whose_every_call_hangs_is_stopped_at_the_budget(tmp_path):
     """Each function loops forever: the notebook's run and the suite share one budget; past it the learner is
     graded with zeros and told why (the learner's doing, not a grader fault)."""
@@ -192,6 +193,7 @@ def sinusoidal_encoding(seq_len, d_model, base=10000.0):
 '''
 
 
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_a_giant_frame_is_refused_unread():
     """The trusted suite process's peak memory (polled from outside) with a worker that sends 512 MiB stays within
     64 MiB of its peak with an honest one, and the learner is told why that part failed."""

@@ -326,6 +326,7 @@ def test_side_by_side_highlights_the_differences():
     assert same.count("<svg") == 1 and "your model, with the reference's structure" in same    # drawn once
 
 
+@pytest.mark.full     # make test draws a learner's structure in its feedback
 def test_command_line_draws_a_learners_notebook(tmp_path):
     bug = next(v for v in variants.load("residual") if v.name == "block_mask_ignored")
     notebook = tmp_path / "residual.ipynb"

@@ -357,6 +357,7 @@ def _draws(asg: str) -> list:
 
 
 @pytest.mark.parametrize("asg", ASSIGNMENTS)
+@pytest.mark.full     # make test grades every correct answer and a sample of mistakes under it (test_variants.py)
 def test_every_known_answer_runs_under_the_policy(asg):
     """Every known answer (correct or not) and the course's own loads without a refusal and answers the contract's
     calls as it does without the guards: the policy refuses nothing a learner honestly writes."""

@@ -138,7 +138,7 @@ def test_the_hub_decides_who_may_check_and_who_reads_the_table(hub):
     assert status == 200 and f"ben,{ASG},1," in body.decode(), body
 
 
-@pytest.mark.browser
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_the_upload_page_logs_in_through_the_hub(hub, tmp_path):
     """A browser: the page sends it to the hub's login, back by OAuth, and the form asks for no token: ben's check
     is his because the hub says the browser is his."""

@@ -160,7 +160,7 @@ def lab_service(tmp_path_factory):
     s.close()
 
 
-@pytest.mark.browser
+@pytest.mark.full     # make test keeps the check's place and time in the service (test_service.py)
 def test_the_button_says_at_once_the_check_s_place_and_time_and_the_learner_keeps_working(lab_service, tmp_path):
     """JupyterLab with the course's extension as `make install` installs it: while ben's slow check holds the grader,
     "Check my work" saves the open notebook and, within seconds, a notification says that the check was received, its

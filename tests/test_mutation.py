@@ -50,6 +50,7 @@ def test_a_mutant_is_graded_by_its_own_tests_and_caught():
     assert score < points, said
 
 
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_a_kernel_part_is_judged_through_its_launcher():
     """A Triton exercise's graded part is a kernel, not a CONTRACT part: the oracle runs each mutant through the
     course's launcher of it in Triton's interpreter; a capped run takes mutants spread evenly over them all."""

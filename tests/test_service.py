@@ -110,6 +110,7 @@ def service(tmp_path_factory):
 
 
 @SHARED
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_a_check_gives_what_autograde_gives(service, tmp_path):
     """A correct notebook: full marks, the very verdicts `nbgrader autograde` writes and (`?html=1`) the feedback
     page `generate_feedback` writes; a broken one: its diagnosis; checks hold no line of the hidden suites."""
@@ -200,6 +201,7 @@ def test_the_rate_limit_refuses_without_grading(service):
 
 
 @SHARED
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_the_queue_is_fair_under_load(service):
     """One grading at a time: dee sends two checks at once (of a notebook that takes 4 s to run), then eve one a
     second later, while dee's first is graded; eve's is graded before dee's second."""
@@ -239,6 +241,7 @@ def test_checks_are_counted_for_the_instructor_and_change_no_gradebook(service, 
     assert grade.scores(None, [ASG], url=grade.db_url(service.class_gradebook.parent)) == []
 
 
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_a_grader_fault_is_the_grader_s_and_costs_the_learner_nothing(tmp_path):
     prepare_service(tmp_path / "state", [ASG, "attention"])
     s = LocalService(tmp_path, _roster(rate=[1, 3600]), env={"GRADER_THREADS": "0"})     # every worker fails to start
@@ -255,6 +258,7 @@ def test_a_grader_fault_is_the_grader_s_and_costs_the_learner_nothing(tmp_path):
         s.close()
 
 
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_a_grader_that_dies_mid_check_is_replaced_and_the_check_not_counted(tmp_path):
     """The warm grader grading ada's check is killed: ada is told it failed on the grader's side (503), the check is
     not counted against her, and her next check is graded by a new grader."""
@@ -383,6 +387,7 @@ ANSWERED = re.compile(rf"{ASG}: [\d.]+ / 11 points \(a check: no grade changed\)
 
 
 @SHARED
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_a_check_answered_at_once_says_its_place_then_its_time_then_its_answer(service):
     """`Prefer: respond-async`: while mia's slow check is graded, ned's and ola's are answered at once, 202 with where
     to ask (relative to the check's address) and their places in the queue, 1 and 2. Asked again, ola's says its place
@@ -429,6 +434,7 @@ def test_a_check_answered_at_once_says_its_place_then_its_time_then_its_answer(s
     assert [counted[(name, ASG)]["checks"] for name in ("mia", "ned", "ola")] == ["1", "1", "1"]
 
 
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_checks_answered_at_once_hold_their_place_until_answered(busy):
     """A check answered at once holds no connection while it waits, but holds what a waiting check holds: ivy's two
     (the first slow) are taken, 202, and her third is refused, 503 as when her clients waited; once they are
@@ -447,6 +453,7 @@ def test_checks_answered_at_once_hold_their_place_until_answered(busy):
 
 
 @SHARED
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_check_in_the_learner_s_kernel_says_its_place_and_time_while_it_waits(service, tmp_path, monkeypatch):
     """check() as `make criteria` writes it into each release (from autograder/authoring/check_client.py), in a real
     kernel, while rae's slow check holds the grader: it prints at once that the check was received and its place in
@@ -474,7 +481,7 @@ def test_check_in_the_learner_s_kernel_says_its_place_and_time_while_it_waits(se
 
 
 @SHARED
-@pytest.mark.browser
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_the_upload_page_says_at_once_its_check_s_place_and_time(service, tmp_path):
     """An upload while uma's slow check holds the grader: the browser is sent at once to its check's page, which says
     that it was received, its place in the queue and the seconds so far, reloads itself (no script runs) with the
@@ -757,6 +764,7 @@ def test_a_taken_port_is_one_clear_line(service, tmp_path):
 
 
 @pytest.mark.parametrize("when", ["warming up", "ready"])
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_sigint_stops_the_service_even_where_it_was_ignored(tmp_path, when):
     """A hub stops its services with SIGINT and waits 30 s before SIGTERM. The service stops within seconds, whether
     its graders are still being prepared or ready, also when it was started with SIGINT ignored (as a shell starts a
@@ -819,6 +827,7 @@ def busy(tmp_path_factory):
     s.close()
 
 
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_what_waits_is_capped_and_refused_before_its_body(busy):
     """While one slow check holds the grader, clients that send their headers and wait: a learner's third check, the
     bytes past the cap, the fifth check waiting and the 13th connection are each refused 503 with Retry-After before
@@ -1030,6 +1039,7 @@ def test_the_upload_page_knows_its_learner_from_its_headers(defaults):
     assert _counted(defaults)[("kim", ASG)]["checks"] == "1"
 
 
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_anonymous_uploads_as_large_as_the_byte_cap_keep_no_learner_out(defaults):
     """The red team's probe: 17 anonymous uploads from another address whose Content-Lengths add up to the 64 MiB the
     checks waiting may hold, no body sent, each opened again when the service closes it. Each is refused 401 from
@@ -1074,6 +1084,7 @@ def test_anonymous_uploads_as_large_as_the_byte_cap_keep_no_learner_out(defaults
     assert held == 2 and refused == {503: 15}, (held, refused)
 
 
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_slow_headers_are_cut_off_and_keep_no_learner_out(defaults):
     """Slowloris: 80 sockets from another address send their headers a byte every half second, never finishing. The
     service takes 64 (its anonymous cap: they arrive together, a burst past the 16 of one address while no one else

@@ -37,12 +37,12 @@ def together_cells(asg: str) -> frozenset[str]:
 
 
 def reached(asg: str, variant) -> set[str]:
-    """The graded cells a known mistake can change: those of the cells it replaces, those it is known to cost, and
+    """The graded cells a known answer can change: those of the cells it replaces, those it is known to cost, and
     those whose tests use the learner's parts together. The others run the reference's code of their cell with the
     course's parts, whatever the mistake: `make test-full` grades them too (test_a_known_mistake_costs_only
     _where_it_should)."""
-    return ({c + TESTS_SUFFIX for c in variant.cells} | set(variant.fails) | set(variant.together)
-            | together_cells(asg))
+    return ({c + TESTS_SUFFIX for c in variant.cells} | set(getattr(variant, "fails", ()))
+            | set(getattr(variant, "together", ())) | together_cells(asg))
 
 
 @pytest.mark.parametrize("asg", ASSIGNMENTS)
@@ -63,26 +63,27 @@ def test_unanswered_gets_zero_with_a_clear_message(asg):
         assert any("not implemented yet" in d for d in v.failed), (gid, v.failed)
 
 
-def sampled_mistakes() -> set[tuple[str, str]]:
-    """The known mistakes `make test` grades: for each graded cell, the first listed that it catches. `make test-full`
-    grades every one (test_known_mistakes_cover_every_graded_cell: each cell has one)."""
+def sampled() -> set[tuple[str, str]]:
+    """The known answers `make test` grades: for each assignment its first correct alternative, for each graded cell
+    the first listed mistake that it catches. `make test-full` grades every one (test_known_mistakes_cover_every_graded
+    _cell: each cell has one; test_a_correct_alternative_gets_full_marks_on_a_loaded_machine)."""
     first: dict[tuple[str, str], str] = {}
     for asg, v in all_variants():
-        if isinstance(v, variants.Bug):
-            for gid in v.fails:
-                first.setdefault((asg, gid), v.name)
+        for key in (v.fails if isinstance(v, variants.Bug) else ["correct"]):
+            first.setdefault((asg, key), v.name)
     return {(asg, name) for (asg, _), name in first.items()}
 
 
-SAMPLED = sampled_mistakes()
+SAMPLED = sampled()
 
 
 @pytest.mark.parametrize("asg,variant", [
-    pytest.param(asg, v, marks=() if isinstance(v, variants.Correct) or (asg, v.name) in SAMPLED else pytest.mark.full)
+    pytest.param(asg, v, marks=() if (asg, v.name) in SAMPLED else pytest.mark.full)
     for asg, v in all_variants()], ids=lambda x: getattr(x, "name", x))
 def test_variant(asg, variant):
     if isinstance(variant, variants.Correct):
-        for gid, v in _grade(asg, variant.cells).items():
+        # the cells it can change (test_a_correct_alternative_gets_full_marks_on_a_loaded_machine grades them all)
+        for gid, v in _grade(asg, variant.cells, only=reached(asg, variant)).items():
             assert v.score == v.points, f"correct answer '{variant.name}' lost points in {gid}: {v.failed}"
             assert v.status == record.GRADED, f"correct answer '{variant.name}' flagged in {gid}: {v.notes}"
         return
@@ -143,6 +144,7 @@ def test_a_correct_alternative_gets_full_marks_on_a_loaded_machine(asg, variant)
         assert v.status == record.GRADED, f"correct answer '{variant.name}' flagged under load in {gid}: {v.notes}"
 
 
+@pytest.mark.full     # too long for make test (docs/testing.md)
 def test_a_fused_attention_kernel_that_never_ends_costs_its_part_alone():
     """A kernel whose loop over the key blocks never ends loses its part after one call limit
     (KERNEL_CALL_S) and a restart of the worker, each of the part's checks saying why, and compiles still; the other
