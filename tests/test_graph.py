@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from helpers import ROOT
+from helpers import ROOT, leaks, secret_lines
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -378,6 +378,11 @@ def test_the_feedback_names_and_draws_a_learners_structure():
     assert any(STRUCTURAL["block_placement_swapped"][True] in d for d in st["differences"]), st["differences"]
     out = structure_output(st)
     assert "<svg" in out.data["text/html"] and STRUCTURAL["block_placement_swapped"][True] in out.data["text/plain"]
+    # the course's graph beside the learner's shows no line of the solutions that the notebook does not hold itself
+    theirs = {ln.strip() for c in learner_cells(variants.submission("residual", swapped.cells))
+              for ln in c["source"].splitlines()}
+    shown = [ln for ln in leaks(out.data["text/html"], secret_lines()) if ln not in theirs]
+    assert not shown, shown
 
     grading = hidden.grade(variants.submission("residual", {"TransformerBlock": UNTRACEABLE_BLOCK}), "residual")
     assert grading.fault is None, grading.fault

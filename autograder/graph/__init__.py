@@ -4,7 +4,8 @@ read back and checked (`model`), its differences from the reference named (`comp
 from autograder.graph.compare import MAX_DIFFS, differences
 from autograder.graph.draw import explorer_data, side_by_side_html, to_dot, to_svg
 from autograder.graph.model import MAX_EDGES, Graph, Unreadable
-from autograder.inside.tracer import EXAMPLES, MAX_NODES, SIZES, example, trace, trace_named
+from autograder.inside.tracer import EXAMPLES, MAX_NODES, SIZES, example, trace, trace_named, without_code
 
 __all__ = ["EXAMPLES", "MAX_DIFFS", "MAX_EDGES", "MAX_NODES", "SIZES", "Graph", "Unreadable", "differences",
-           "example", "explorer_data", "side_by_side_html", "to_dot", "to_svg", "trace", "trace_named"]
+           "example", "explorer_data", "side_by_side_html", "to_dot", "to_svg", "trace", "trace_named",
+           "without_code"]

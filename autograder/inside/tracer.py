@@ -89,6 +89,20 @@ def trace_named(namespace: dict, name: str, **overrides) -> dict:
     return trace(module, *fargs, **fkw)
 
 
+def without_code(g: dict) -> dict:
+    """The graph without the source line of each operation: how the course's own code is drawn, for the book's readers
+    and beside a learner's graph in their feedback (its lines are the solutions' own)."""
+    def strip(part):
+        if isinstance(part, dict) and isinstance(part.get("nodes"), list):
+            part = {**part, "nodes": [{k: v for k, v in n.items() if k != "code"} for n in part["nodes"]]}
+        return part
+
+    out = strip(g)
+    if "backward" in g:
+        out["backward"] = strip(g["backward"])
+    return out
+
+
 @contextlib.contextmanager
 def _quiet():
     """Silence what torch.export logs and warns while it traces."""

@@ -328,7 +328,7 @@ def draw_structure(request, learner, reference_namespace: dict, name: str):
         request.node.user_properties.append(("structure", {
             "name": name, "note": f"your {name} could not be drawn as a graph: {note[:300]}".rstrip(": ")}))
         return
-    course = graph.trace_named(reference_namespace, name)
+    course = graph.without_code(graph.trace_named(reference_namespace, name))
     request.node.user_properties.append(("structure", {
         "name": name, "differences": graph.differences(mine, course),
         "html": graph.side_by_side_html(mine, course, deadline=learner.deadline)}))
