@@ -484,8 +484,8 @@ def compiles(kernel: str):
     facts = compiled(kernel)
     check(isinstance(facts, dict), f"compiling your {kernel} gave the grader nothing it can read")
     bm, bn, warps, stages = (CHOSEN[n] for n in BOUNDS)
-    problems = tk.compile_problems(facts, bm, bn, COMPILE_HEAD_DIM, warps)
-    if problems and _spilling(facts):
+    problems = tk.compile_problems(facts, bm, bn, COMPILE_HEAD_DIM, warps)[:4]
+    if problems and _spilling(facts):      # what the spills say, after at most four problems of the targets
         theirs = _COMPILING["results"].get(f"course {kernel}")
         over = tk.over_budget(theirs, bn, COMPILE_HEAD_DIM, warps) if isinstance(theirs, dict) else None
         if over:
@@ -495,7 +495,7 @@ def compiles(kernel: str):
             problems.append("the course's own kernel compiled at these sizes stays within the budget: yours keeps "
                             "more in registers than it needs (a tile held across the loop, a copy of a block)")
     check(not problems, f"your {kernel} with BLOCK_M = {bm}, BLOCK_N = {bn}, NUM_WARPS = {warps}, NUM_STAGES = "
-                        f"{stages}, compiled at d = {COMPILE_HEAD_DIM} in float16: {'; '.join(problems[:4])}")
+                        f"{stages}, compiled at d = {COMPILE_HEAD_DIM} in float16: {'; '.join(problems)}")
 
 
 # -- bytes moved: the course's instrument of the interpreter, in the learner's worker ------------------------------
