@@ -108,6 +108,7 @@ def hub(tmp_path_factory):
 ACCESS = ["access:services!service=check-my-work"]
 
 
+@pytest.mark.full     # make test checks from a kernel with a token (test_service.py)
 def test_a_learner_s_kernel_checks_with_its_server_s_token(hub, tmp_path, monkeypatch):
     """The released notebook's check() cell in a real kernel, with what the hub gives a learner's server: the
     service's address and a token with the server role's access to the service; nothing from the learner."""

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 DEVICE = os.environ.get("GRADER_DEVICE", "cpu")
 FLUSH_BYTES = 256 << 20       # written before each timed run on a GPU: more than its L2 cache
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _EXACT_HEAP = -1, -3, 128 << 10      # glibc's mallopt options; its default
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _EXACT_HEAP = -1, -3, 128 << 10   # mallopt options; glibc's default threshold
 
 
 def _cpu_synchronize() -> None:
