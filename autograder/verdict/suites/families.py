@@ -112,7 +112,9 @@ def _value_is_wrong(side, ns: dict, part: Part, plain: Call) -> bool:
     """Whether the answer to `plain`, called as the value checks call it, is a wrong value: then those checks charge
     the mistake, and a family has nothing of its own to say. One mistake loses its points once, whether or not this
     grading's draws happen to show it to a family too. An exception is no value: a part that raises (one not written
-    yet) keeps no promise."""
+    yet) keeps no promise. The oracle of the mutation testing (`Here`) takes every failure as a witness."""
+    if not side.charges_values_once:
+        return False
     expected = expected_of(part, plain, ns)
     got = side.run(plain)
     return "raised" not in expected.outcome and "raised" not in got and expected.judge(plain, got) is not None
@@ -120,6 +122,8 @@ def _value_is_wrong(side, ns: dict, part: Part, plain: Call) -> bool:
 
 class Learner:
     """The learner's code, through its worker: where the families check a part when a notebook is graded."""
+
+    charges_values_once = True
 
     def __init__(self, learner, part: Part):
         self.learner, self.part = learner, part
@@ -151,6 +155,8 @@ class Learner:
 
 class Here:
     """A part's code in this process (course code, a known mistake, a mutant): the families as an oracle."""
+
+    charges_values_once = False
 
     def __init__(self, ns: dict, part: Part):
         self.ns, self.part = ns, part
