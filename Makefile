@@ -37,7 +37,9 @@ $(VENV)/.installed: $(VENV)/.requirements pyproject.toml $(LABEXT_BUILT) $(LABEX
 	$(PY) -m pip install --quiet --no-deps --force-reinstall ./$(LABEXT)
 	touch $@
 
-install: $(VENV)/.installed
+# The course's Python in .venv, and what its commands take from npm: MathJax typesets the feedback pages' math when
+# nbgrader generate_feedback writes them.
+install: $(VENV)/.installed $(NODE)
 
 book: install graphviz $(VIZ_JS)
 	$(BIN)/jupyter-book build --all -W -n --keep-going .

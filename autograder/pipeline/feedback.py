@@ -239,7 +239,7 @@ def mathjax(items: list[tuple]) -> Typeset:
     node = shutil.which("node")
     if node is None or not (MATHJAX / "package.json").exists():
         raise GraderFault("the feedback's math is typeset by MathJax in node (npm's mathjax, from package-lock.json), "
-                          "which this machine lacks: `make` installs both")
+                          "which this machine lacks: `make install` installs both")
     request = {"items": [items[i] for i in sent],
                "limits": {"formula": MAX_FORMULA_SVG, "page": MAX_PAGE_SVG, "seconds": TYPESET_BUDGET}}
     try:
