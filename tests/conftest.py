@@ -18,8 +18,8 @@ TIERS = {
             "mistake (each also on its whole notebook), every correct alternative beside CPU hogs",
 }
 # Each file's tier, for the tests in it that are not marked with another where they are written. A test that uses the
-# `browser` fixture is in the browser tier wherever it is; one that needs the book built (the `site` fixture: its
-# pages' experiments run from scratch on a clean clone, 6 minutes of one core) is in the full tier.
+# `browser` fixture is in the browser tier unless its file is in the full tier; one that needs the book built (the
+# `site` fixture: its pages' experiments run from scratch on a clean clone, 6 minutes of one core) is in the full tier.
 FILE_TIERS = {
     "quick": ["test_channel.py", "test_guard.py", "test_house.py", "test_record.py", "test_static.py", "test_timing.py",
               "test_gpu.py", "test_sandbox.py", "test_contract.py", "test_labextension.py", "test_book.py",
