@@ -331,6 +331,13 @@ class Base(tornado.web.RequestHandler):
         if not self.service.ready:
             raise busy(WARMING, 10)
 
+    def pending_check(self, check_id: str, learner: str) -> Pending:
+        """`learner`'s check of this id: anyone else's, or one whose answer was forgotten, is no check of theirs."""
+        p = self.service.pending.get(check_id, learner)
+        if p is None:
+            raise Refusal(404, FORGOTTEN)
+        return p
+
     def refuse(self, r: Refusal):
         for k, v in r.headers.items():
             self.set_header(k, v)
@@ -447,12 +454,9 @@ class CheckStatus(Base):
 
     async def get(self, check_id: str):
         try:
-            learner = await self.service.who(self.bearer())
+            p = self.pending_check(check_id, await self.service.who(self.bearer()))
         except Refusal as r:
             return self.refuse(r)
-        p = self.service.pending.get(check_id, learner)
-        if p is None:
-            return self.refuse(Refusal(404, FORGOTTEN))
         if p.answer is None:
             self.set_status(202)
             self.set_header("Retry-After", str(POLL))
@@ -575,12 +579,9 @@ class UploadStatus(Page):
 
     async def get(self, check_id: str):
         try:
-            learner = await self.identify()
+            p = self.pending_check(check_id, await self.identify())
         except Refusal as r:
             return self.refuse(r)
-        p = self.service.pending.get(check_id, learner)
-        if p is None:
-            return self.refuse(Refusal(404, FORGOTTEN))
         if p.answer is None:
             self.set_status(202)
             text = self.service.progress(p)["text"]
