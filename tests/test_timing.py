@@ -94,8 +94,8 @@ def test_memory_made_ahead_of_the_measured_call_counts(source, at_least, at_most
 
 # Tensors of growing size each freed before the next, and a small one kept at each step: a heap that keeps freed
 # memory for reuse cannot fit each in the last one's place and grows (158 MiB measured); the call holds
-# at most 21 MiB at once (measured 21 MiB alone, 52 MiB in a worker of a loaded make test: under the 64 MiB that the
-# blockwise memory check allows).
+# at most 21 MiB at once (measured 21 MiB alone, 52 MiB in a worker of a loaded make test; the bound sits between
+# those and the holes).
 FRAGMENTING = PLAIN_SDPA + '''
 _plain = scaled_dot_product_attention
 
@@ -117,4 +117,4 @@ def test_memory_is_what_a_call_holds_at_once_not_how_the_heap_fragments():
         extra = peak_memory(Target(worker, SDPA), TINY)[0]
     finally:
         worker.close()
-    assert 16 << 20 <= extra < 64 << 20, f"{extra / 2**20:.1f} MiB"
+    assert 16 << 20 <= extra < 100 << 20, f"{extra / 2**20:.1f} MiB"
