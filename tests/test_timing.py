@@ -1,9 +1,12 @@
-"""The speed and memory measures of autograder.verdict.timing, on real sandboxed workers with tiny inputs."""
+"""The speed, memory and CPU measures of autograder.verdict.timing and .measure, on real sandboxed workers."""
+import time
+
 import pytest
 
 from autograder.authoring import variants
 from autograder.notebooks import learner_cells
-from autograder.verdict.learner import Learner
+from autograder.verdict import measure
+from autograder.verdict.learner import Learner, WorkerDied
 from autograder.verdict.timing import Comparison, Target, compare, peak_memory, same_outputs
 
 SDPA = "scaled_dot_product_attention"
@@ -118,3 +121,34 @@ def test_memory_is_what_a_call_holds_at_once_not_how_the_heap_fragments():
     finally:
         worker.close()
     assert 16 << 20 <= extra < 100 << 20, f"{extra / 2**20:.1f} MiB"
+
+
+NAP_AND_SPIN = """import time
+
+
+def nap():
+    time.sleep(3)
+    return 1
+
+
+def spin():
+    while True:
+        pass
+"""
+
+
+def test_a_cpu_limit_charges_the_cpu_a_call_uses_not_the_wall_time_it_takes():
+    """measure.CpuLimit stops a call that used more CPU than it allows, counted by the sandbox's cgroup, and leaves
+    alone a call that takes longer than the limit in wall time without using the CPU (a loaded machine's slowness)."""
+    w = Learner([{"id": "c", "source": NAP_AND_SPIN}], guarded=False, call_timeout=60)
+    try:
+        w.start()
+        with measure.CpuLimit(w, 1.0) as napping:
+            assert w.fn("nap")() == 1
+        assert not napping.hit, "3 s asleep is not 1 s of CPU"
+        started = time.monotonic()
+        with measure.CpuLimit(w, 1.0) as spinning, pytest.raises(WorkerDied):
+            w.fn("spin")()
+        assert spinning.hit and time.monotonic() - started < 30, "stopped after about 1 s of CPU, not the call's 60 s"
+    finally:
+        w.close()

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from autograder import config
 from autograder.sandbox import gpu
-from autograder.sandbox.box import Sandbox
+from autograder.sandbox.box import Sandbox, kill_tree
 from autograder.sandbox.forkserver import Forked
 from autograder.verdict import context
 from autograder.verdict.record import GraderFault
@@ -69,6 +69,43 @@ def _tree_cpu_seconds(pid: int) -> float:
         except psutil.NoSuchProcess:
             pass
     return total
+
+
+class CpuLimit:
+    """Stops a worker's request once its sandbox has used `seconds` of CPU since the limit began (the kernel's count,
+    polled from here every `interval`): work the grader does on the learner's behalf (compiling their kernel) is
+    charged in the CPU it takes, not in the wall time a loaded machine stretches it to. `hit` says it stopped it."""
+
+    def __init__(self, proxy: Worker, seconds: float, interval: float = 0.1):
+        self.proxy, self.seconds, self.interval = proxy, seconds, interval
+        self.hit = False
+        self.stop = threading.Event()
+
+    def _used(self) -> float:
+        """CPU seconds of the worker's sandbox, read from the sandbox and process taken at the start (the worker
+        object may be reset meanwhile by the thread that waits for it)."""
+        cpu = self.sandbox.cpu_seconds() if self.sandbox is not None else None
+        return cpu if cpu is not None else _tree_cpu_seconds(self.proc.pid)
+
+    def _poll(self):
+        while not self.stop.wait(self.interval):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                if self._used() - self.base > self.seconds:
+                    self.hit = True
+                    kill_tree(self.proc)
+                    return
+
+    def __enter__(self):
+        self.base = cpu_seconds(self.proxy)          # starts the worker if needed, notes a missing cgroup
+        assert self.proxy.proc is not None           # started
+        self.sandbox, self.proc = self.proxy.sandbox, self.proxy.proc
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
 
 
 # -- memory ----------------------------------------------------------------------------------------------------------
