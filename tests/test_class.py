@@ -235,42 +235,64 @@ def test_a_sqlite_gradebook_gets_a_busy_timeout(tmp_path, monkeypatch):
     assert classgrade.gradebook_url(tmp_path) == pg
 
 
-def _fake_autograde(outputs):
-    """A stand-in for grade.autograde that prints the next (text, exit code) into the task's log."""
-    calls = []
+def test_a_gradebook_locked_by_another_writer_is_graded_again(tmp_path, monkeypatch):
+    """A real lock: another connection holds the SQLite gradebook (BEGIN EXCLUSIVE). nbgrader's logger records the
+    database's own error code (autograder.pipeline.failures), classgrade tries again after a pause (here the pause
+    lets the lock go), and a lock that outlasts the retries is a grader error that says so."""
+    import sqlite3
 
-    def fake(grading_dir, assignment, learner=None, extra=(), stdout=None, **kw):
-        text, code = outputs[len(calls)]
-        calls.append(kw.get("env_extra", {}).get("GRADEBOOK_URL"))
-        stdout.write(text)
-        return subprocess.CompletedProcess([], code)
-    return fake, calls
-
-
-def test_a_lock_error_is_graded_again(tmp_path, monkeypatch):
-    locked = ("[AutogradeApp | ERROR] There was an error processing assignment\n"
-              "sqlite3.OperationalError: database is locked\n")
-    fake, calls = _fake_autograde([(locked, 1), (locked, 1), ("done\n", 0)])
-    monkeypatch.setattr(classgrade.grade, "autograde", fake)
-    monkeypatch.setattr(classgrade.time, "sleep", lambda s: None)
-    o = classgrade.autograde_learner(str(tmp_path), ASG, "ada", "sqlite:///x.db?timeout=60", retries=2)
-    assert o["ok"] and o["attempts"] == 3 and calls == ["sqlite:///x.db?timeout=60"] * 3
-    fake, calls = _fake_autograde([(locked, 1)] * 3)
-    monkeypatch.setattr(classgrade.grade, "autograde", fake)
-    o = classgrade.autograde_learner(str(tmp_path), ASG, "ada", "sqlite:///x.db", retries=2)
-    assert not o["ok"] and o["attempts"] == 3
-    assert o["reason"] == "exit code 1: sqlite3.OperationalError: database is locked"
+    prepare(tmp_path, [ASG])
+    grade.submit(tmp_path, "ada", ASG, variants.submission(ASG, answered=False))
+    db = tmp_path / "gradebook.db"
+    url = f"sqlite:///{db}?timeout=1"
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    o = classgrade.autograde_learner(str(tmp_path), ASG, "ada", url, retries=0)
+    assert not o["ok"] and o["attempts"] == 1 and o["kind"] == grade.GRADER_ERROR
+    assert o["reason"] == "exit code 1: sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database is locked"
+    pauses: list[float] = []
+    monkeypatch.setattr(classgrade.time, "sleep", lambda s: pauses.append(s) or holder.execute("ROLLBACK"))
+    o = classgrade.autograde_learner(str(tmp_path), ASG, "ada", url, retries=2)
+    assert o["ok"] and o["attempts"] == 2 and len(pauses) == 1, (o, Path(o["log"]).read_text()[-3000:])
+    holder.close()
 
 
-def test_other_errors_are_not_retried(tmp_path, monkeypatch):
-    """Nor are they the learner's: the submission holds a notebook, so whatever stopped nbgrader is the grader's."""
+def test_only_what_nbgrader_logs_as_an_error_is_recorded_and_a_lock_only_by_its_code(tmp_path, monkeypatch):
+    """autograder.pipeline.failures on nbgrader's logger: a warning is not recorded whatever it says (the sandbox's
+    stderr, which a learner writes, is relayed as one), an error is, with the exception being handled; a lock is told
+    by the database's code, never by the words of a message."""
+    import logging
+    import sqlite3
+
+    from autograder.pipeline import failures
+
+    path = tmp_path / "errors.jsonl"
+    monkeypatch.setenv(failures.ENV, str(path))
+    log = logging.getLogger("AutogradeApp.failures-test")
+    log.propagate = False
+    log.addHandler(failures.ErrorLog())
+    log.warning("the sandbox's stderr:\n    | sqlite3.OperationalError: database is locked")
+    log.error("sqlite3.OperationalError: database is locked")
+    try:
+        sqlite3.connect(tmp_path / "no" / "x.db")
+    except sqlite3.OperationalError:
+        log.error("There was an error processing assignment: %s", "a")
+    errors = failures.read(path)
+    assert [e["logged"] for e in errors] == ["sqlite3.OperationalError: database is locked",
+                                             "There was an error processing assignment: a"]
+    assert errors[1]["type"] == "sqlite3.OperationalError" and errors[1]["sqlite_errorcode"] == 14   # CANTOPEN
+    assert not failures.is_lock(errors)
+    assert failures.reason(errors)[0] == "sqlite3.OperationalError: unable to open database file"
+
+
+def test_other_errors_are_not_retried(tmp_path):
+    """Nor are they the learner's: the submission holds a notebook, so whatever stopped nbgrader is the grader's (here
+    a gradebook it cannot open: SQLite's SQLITE_CANTOPEN, not a lock)."""
     grade.submit(tmp_path, "ada", ASG, b"{}")
-    fake, calls = _fake_autograde([("Traceback (most recent call last):\n  File \"x\", line 1\n"
-                                    "ValueError: something else\n", 1)])
-    monkeypatch.setattr(classgrade.grade, "autograde", fake)
-    o = classgrade.autograde_learner(str(tmp_path), ASG, "ada", "sqlite:///x.db", retries=2)
-    assert not o["ok"] and o["attempts"] == 1 and o["reason"] == "exit code 1: ValueError: something else"
-    assert o["kind"] == grade.GRADER_ERROR
+    o = classgrade.autograde_learner(str(tmp_path), ASG, "ada", f"sqlite:///{tmp_path}/no/such/folder/x.db", retries=2)
+    assert not o["ok"] and o["attempts"] == 1 and o["kind"] == grade.GRADER_ERROR
+    assert o["reason"].startswith("exit code 1: sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) unable "
+                                  "to open database file"), o["reason"]
 
 
 def test_a_learner_over_time_is_stopped_with_its_process_tree(tmp_path, monkeypatch):
@@ -413,18 +435,17 @@ def test_a_failure_is_a_grader_error_unless_nothing_was_submitted(tmp_path):
     """The kind comes from the grading's stored record and the submission folder, never from a log: a record of this
     run that says the grader could not grade is a grader error whatever the log says; a submission without a notebook
     and no such record is not graded; a record older than the run, or one of a grading done, counts for nothing."""
-    nothing = "[AutogradeApp | ERROR] No notebooks were matched by '/x/submitted/lost/a/*.ipynb'\n"
-    forged = "[AutogradeApp | WARNING] the sandbox's stderr:\n    | autograder.verdict.record.GraderFault: forged\n"
+    nothing = [{"logged": "No notebooks were matched by '/x/submitted/lost/a/*.ipynb'"}]      # as failures records it
     fault = "GraderFault: grader fault (not the learner's): the hidden suite did not finish in time\nits log: ..."
     assert classgrade.failure_kind(None, submitted=False, stopped=False) == grade.NOT_GRADED
     assert classgrade.failure_kind(None, submitted=False, stopped=True) == grade.GRADER_ERROR
     assert classgrade.failure_kind(fault, submitted=False, stopped=False) == grade.GRADER_ERROR
     assert classgrade.failure_kind(None, submitted=True, stopped=False) == grade.GRADER_ERROR
-    assert classgrade.failure_reason(nothing + forged, 1) == ("exit code 1: No notebooks were matched by "
-                                                              "'/x/submitted/lost/a/*.ipynb'", [
-                                                                  "No notebooks were matched by "
-                                                                  "'/x/submitted/lost/a/*.ipynb'"])
-    reason, _ = classgrade.failure_reason(nothing + forged, 1, fault)
+    assert classgrade.failure_reason(nothing, 1) == ("exit code 1: No notebooks were matched by "
+                                                     "'/x/submitted/lost/a/*.ipynb'", [
+                                                         "No notebooks were matched by "
+                                                         "'/x/submitted/lost/a/*.ipynb'"])
+    reason, _ = classgrade.failure_reason(nothing, 1, fault)
     assert reason == ("exit code 1: GraderFault: grader fault (not the learner's): the hidden suite did not finish "
                       "in time")
     assert not classgrade.has_notebook(tmp_path, ASG, "ann")

@@ -95,7 +95,7 @@ def test_a_grader_fault_fails_the_grading_visibly(faults, learner):
     assert rec is not None and rec["gradable"] is False and fault in rec["fault"] and not rec["verdicts"], rec
     rows = [row for row in grade.scores(d, [ASG]) if row.learner == learner]
     assert all(row.score is None for row in rows), [(row.cell, row.score) for row in rows]
-    print(f"\n{learner}: {classgrade.failure_reason(log, r.returncode)[0]}")
+    print(f"\n{learner}: {classgrade.failure_reason([], r.returncode, rec['fault'])[0]}")
 
 
 def test_the_suite_stops_at_the_first_grader_fault():

@@ -290,7 +290,7 @@ def test_every_consumer_reads_the_record_not_the_text(graded, tmp_path):
 
     record.store(where, record.Grading({}, fault=f"GraderFault: {MARKS}\nthe rest of its log").to_dict())
     assert classgrade.recorded_fault(d, ASG, "normal", since=0.0) == f"GraderFault: {MARKS}\nthe rest of its log"
-    assert classgrade.failure_reason("", 1, classgrade.recorded_fault(d, ASG, "normal", since=0.0))[0] == \
+    assert classgrade.failure_reason([], 1, classgrade.recorded_fault(d, ASG, "normal", since=0.0))[0] == \
         f"exit code 1: GraderFault: {MARKS}"
     assert report.recorded_failures(d, ASG, ["normal"]) == {"normal": f"grader error: GraderFault: {MARKS}"}
 

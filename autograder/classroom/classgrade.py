@@ -15,7 +15,6 @@ import logging
 import math
 import os
 import random
-import re
 import subprocess
 import sys
 import threading
@@ -27,17 +26,12 @@ from pathlib import Path
 from autograder import config
 from autograder.authoring.release import nbgrader
 from autograder.classroom import grade
+from autograder.pipeline import failures
 from autograder.sandbox.box import sweep
 from autograder.verdict import record
 
 DEFAULT_RETRIES = 2
 GRADER, SUBMISSION = grade.GRADER_ERROR, grade.NOT_GRADED       # the two kinds of failure
-LOCK_ERROR = re.compile(r"database is locked|database table is locked|deadlock detected|"
-                        r"could not serialize access|could not obtain lock", re.I)
-_GENERIC = ("There was an error processing assignment", "Please see the the above traceback",
-            "Please see the above traceback")
-_LOGGED = re.compile(r"^\[\w+ \| (?:ERROR|CRITICAL)\]\s*")
-_EXCEPTION_LINE = re.compile(r"^\s*(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)\b:?")
 
 
 @dataclass
@@ -168,15 +162,10 @@ class _Watchdog:
         self._timer.cancel()
 
 
-def failure_reason(log_text: str, returncode: int | None, fault: str | None = None) -> tuple[str, list[str]]:
-    """(a one-line reason, the last error lines) of a failed nbgrader run: the grader's fault as its record says it,
-    else what nbgrader logged."""
-    lines = [line.rstrip() for line in log_text.splitlines() if line.strip()]
-    logged = [_LOGGED.sub("", line).strip() for line in lines if _LOGGED.match(line)]
-    logged = [m for m in logged if m and not m.startswith("Traceback")]
-    exceptions = [line.strip() for line in lines if _EXCEPTION_LINE.match(line)]
-    specific = [m for m in logged if not any(g in m for g in _GENERIC)]
-    errors = list(dict.fromkeys(exceptions + specific))[-5:] or logged[-5:]
+def failure_reason(errors: list[dict], returncode: int | None, fault: str | None = None) -> tuple[str, list[str]]:
+    """(a one-line reason, the last errors) of a failed nbgrader run: the grader's fault as its record says it, else
+    what nbgrader's logger recorded (`autograder.pipeline.failures`), never a line of the log's text."""
+    detail, said = failures.reason(errors)
     if returncode is None:
         code = "no exit code"
     elif returncode < 0:
@@ -185,13 +174,18 @@ def failure_reason(log_text: str, returncode: int | None, fault: str | None = No
         code = f"exit code {returncode}"
     if fault:
         detail = fault.strip().splitlines()[0]
-    elif exceptions:
-        detail = exceptions[-1]
-    elif specific or logged:
-        detail = (specific or logged)[0]
-    else:
-        detail = lines[-1].strip() if lines else "no output"
-    return f"{code}: {detail[:300]}", errors
+    return f"{code}: {(detail or 'nbgrader logged no error')[:300]}", said
+
+
+def errors_path(log: Path) -> Path:
+    """Where the nbgrader run that writes `log` records its errors (GRADER_ERRORS)."""
+    return log.with_name(f"{log.stem}.errors.jsonl")
+
+
+def _run_env(log: Path, url: str, env: dict | None = None) -> dict:
+    """`env` for an nbgrader run on the gradebook at `url` whose errors are recorded beside `log` (emptied first)."""
+    errors_path(log).write_text("")
+    return {**(env or {}), "GRADEBOOK_URL": url, failures.ENV: str(errors_path(log))}
 
 
 def recorded_fault(grading_dir: Path, assignment: str, learner: str, since: float) -> str | None:
@@ -233,32 +227,32 @@ def autograde_learner(grading_dir: Path | str, assignment: str, learner: str, ur
     attempt = 0
     while True:
         attempt += 1
-        start, began = log.stat().st_size, time.time()
+        began = time.time()
         with open(log, "a") as f:
             f.write(f"== nbgrader autograde {assignment} --student={learner} (attempt {attempt})\n")
             f.flush()
             watchdog = _Watchdog(timeout, f"--student={learner}")
             try:
                 r = grade.autograde(grading_dir, assignment, learner=learner, extra=tuple(extra),
-                                    env_extra={**(env or {}), "GRADEBOOK_URL": url},
+                                    env_extra=_run_env(log, url, env),
                                     stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             finally:
                 watchdog.cancel()
-        text = log.read_bytes()[start:].decode(errors="replace")
+        errors = failures.read(errors_path(log))
         seconds = round(time.monotonic() - t0, 2)
         if r.returncode == 0 and not watchdog.fired:
             return asdict(Outcome(learner, True, 0, seconds, attempt, log=str(log)))
-        errors: list[str]
+        said: list[str]
         fault = recorded_fault(grading_dir, assignment, learner, began)
         if watchdog.fired:
-            reason, errors = f"did not finish within {timeout:g} s and was stopped", []
-        elif LOCK_ERROR.search(text) and attempt <= retries:
+            reason, said = f"did not finish within {timeout:g} s and was stopped", []
+        elif failures.is_lock(errors) and attempt <= retries:
             time.sleep(min(30.0, 2.0 ** attempt) * random.uniform(0.5, 1.5))
             continue
         else:
-            reason, errors = failure_reason(text, r.returncode, fault)
+            reason, said = failure_reason(errors, r.returncode, fault)
         kind = failure_kind(fault, has_notebook(grading_dir, assignment, learner), watchdog.fired)
-        return asdict(Outcome(learner, False, r.returncode, seconds, attempt, reason, errors, str(log), kind))
+        return asdict(Outcome(learner, False, r.returncode, seconds, attempt, reason, said, str(log), kind))
 
 
 def _sections(text: str, assignment: str, learners: list[str]) -> dict[str, str]:
@@ -300,11 +294,11 @@ def autograde_learners(grading_dir: Path | str, assignment: str, learners: list[
         try:
             r = grade.autograde(grading_dir, assignment, extra=(*extra, *(
                                 [f"--CourseDirectory.student_id_exclude={','.join(others)}"] if others else [])),
-                                env_extra={**(env or {}), "GRADEBOOK_URL": url},
+                                env_extra=_run_env(log, url, env),
                                 stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         finally:
             watchdog.cancel()
-    text = log.read_text(errors="replace")
+    text, errors = log.read_text(errors="replace"), failures.read(errors_path(log))
     share = round((time.monotonic() - t0) / len(learners), 2)
     sections = _sections(text, assignment, learners)
     outcomes = []
@@ -316,9 +310,9 @@ def autograde_learners(grading_dir: Path | str, assignment: str, learners: list[
         fault = recorded_fault(grading_dir, assignment, learner, began)
         if done.exists() and done.stat().st_mtime >= began - 1 and fault is None:
             outcomes.append(asdict(Outcome(learner, True, 0, share, log=str(own))))
-        elif fault is not None and not watchdog.fired and not LOCK_ERROR.search(section):
-            reason, errors = failure_reason(section, r.returncode, fault)
-            outcomes.append(asdict(Outcome(learner, False, r.returncode, share, 1, reason, errors, str(own), GRADER)))
+        elif fault is not None and not watchdog.fired and not failures.is_lock(errors):
+            reason, _ = failure_reason([], r.returncode, fault)    # the run's errors may be other learners'
+            outcomes.append(asdict(Outcome(learner, False, r.returncode, share, 1, reason, [], str(own), GRADER)))
         else:
             # stopped with its group, not reached, a lock, or another failure of nbgrader's: on its own again
             outcomes.append(autograde_learner(str(grading_dir), assignment, learner, url, timeout, retries, extra, env))
@@ -338,11 +332,11 @@ def feedback_learners(grading_dir: Path | str, assignment: str, url: str, learne
     log.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with open(log, "w") as f:
-        r = nbgrader(*args, grading_dir=grading_dir, check=False, env_extra={"GRADEBOOK_URL": url},
+        r = nbgrader(*args, grading_dir=grading_dir, check=False, env_extra=_run_env(log, url),
                      stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     missing = [name for name in learners
                if not (grading_dir / "feedback" / name / assignment).is_dir()]
-    reason = "" if r.returncode == 0 and not missing else failure_reason(log.read_text(errors="replace"),
+    reason = "" if r.returncode == 0 and not missing else failure_reason(failures.read(errors_path(log)),
                                                                          r.returncode)[0]
     return {"learners": learners, "ok": not reason, "missing": missing, "reason": reason,
             "seconds": round(time.monotonic() - t0, 2), "log": str(log)}

@@ -2,8 +2,8 @@
 defensively (`reader`, `submission`), the notebook run in the sandbox (`run`), each graded cell scored by its hidden
 suite (`score`), the scores saved with the instructor's typed ones kept (`grades`), the verdicts saved as comments
 (`diagnoses`), learner output sanitized (`sanitize`), the feedback pages (`feedback`), a line per graded notebook
-(`progress`), the late penalty for the scores as they are (`late`), the grades exported, by plain `nbgrader export`
-too (`export`), and the feedback released through the exchange (`exchange`)."""
+(`progress`), the late penalty (`late`), the grades exported, by plain `nbgrader export` too (`export`), the feedback
+released through the exchange (`exchange`), and each error nbgrader logs recorded for classgrade (`failures`)."""
 from __future__ import annotations
 
 import warnings
@@ -22,7 +22,7 @@ from nbgrader.preprocessors import (
 )
 from sqlalchemy.exc import SAWarning
 
-from autograder.pipeline import submission
+from autograder.pipeline import failures, submission
 from autograder.pipeline.diagnoses import SaveDiagnoses
 from autograder.pipeline.exchange import ReleaseFeedback
 from autograder.pipeline.export import GradesExport
@@ -69,6 +69,8 @@ def configure(c):
     c.ExportApp.plugin_class = GradesExport
     # `release_feedback` says who did not come through the exchange, and what to do, before releasing anything.
     c.ExchangeFactory.release_feedback = ReleaseFeedback
+    # What a command failed on, for classgrade: written by nbgrader's logger, not read back from its log's text.
+    failures.configure(c)
     # nbgrader 0.9.6's `Gradebook.add_submission` builds a submission, its notebooks, grades and comments, then adds
     # the submission to the session, which adds them all with it. Meanwhile its reading of the assignment's notebooks
     # flushes the session, and SQLAlchemy 2, which no longer adds a new object to the session through a backref, says
