@@ -419,9 +419,11 @@ def explain_outcome(learner, part: Part, call: Call, got: Outcome, expected: Exp
     matched: list[str] = []
     ruled_out: list[str] = []
     for bug, theirs in known.replay(learner.assignment or "", learner.calls, len(learner.calls) - 1, part.rename):
+        if theirs["differed"]:
+            ruled_out.append(bug.cause)
+            continue
         right_here = expected.judge(call, theirs) is None     # then it cannot explain this failure on its own
-        same = not theirs["differed"] and same_outcome(got, theirs, expected)
-        (matched if same and not right_here else ruled_out).append(bug.cause)
+        (matched if same_outcome(got, theirs, expected) and not right_here else ruled_out).append(bug.cause)
     return matched, ruled_out
 
 
