@@ -260,6 +260,25 @@ def test_every_exercise_is_one_complete_unit_of_its_own_files():
     assert absent.suite.name == "test_nope.py" and absent.source.parent.name == "nope"
 
 
+def test_each_hidden_test_of_drawn_calls_or_of_a_measure_says_so():
+    """hidden.score waives a failed check of drawn calls where a check every grading makes charges the part: a drawn
+    test left unmarked would charge a mistake twice in some gradings only, and a measure left unmarked would waive a
+    mistake of the values that only the draws found."""
+    import importlib
+
+    from autograder import exercises
+
+    for name in exercises.names():
+        suite = importlib.import_module(f"autograder.verdict.suites.test_{name}")
+        for test, f in vars(suite).items():
+            if not test.startswith("test_") or not callable(f):
+                continue
+            marks = {m.name for m in getattr(f, "pytestmark", [])}
+            drawn = (f.__doc__ or "").startswith("on inputs drawn for this grading")
+            measure = re.search(r"_(speed|memory|compiles)(_on_a_gpu)?$", test) is not None
+            assert ("drawn" in marks) == drawn and ("measured" in marks) == measure, f"{name}: {test} {marks}"
+
+
 def test_the_docs_give_each_tier_s_count(request):
     """docs/testing.md's tier table says how many tests each tier holds, as this run counted them (a run that
     collects every test file: `make test`, `make test-full`)."""

@@ -57,3 +57,50 @@ def test_a_record_of_the_first_version_is_read_upgraded(tmp_path):
     back = record.load(tmp_path / "old.json")
     assert back is not None and back["version"] == record.VERSION
     assert Grading.from_dict(back).verdicts["rope_tests"].checks[1].refused == []
+
+
+def test_a_record_of_the_second_version_is_read_upgraded(tmp_path):
+    rec = grading().to_dict()
+    rec["version"] = 2
+    for c in rec["verdicts"]["rope_tests"]["checks"]:
+        c.pop("kind")
+        c.pop("uncounted")
+    (tmp_path / "v2.json").write_text(json.dumps(rec))
+    back = record.load(tmp_path / "v2.json")
+    assert back is not None and back["version"] == record.VERSION
+    assert Grading.from_dict(back).to_dict() == grading().to_dict()
+
+
+def _scored(*checks: tuple[str, bool, str, bool]) -> Verdict:
+    """One cell of 4 points scored by hidden.score from records of (label, passed, kind, together), weight 1 each."""
+    from autograder.verdict import hidden
+
+    records = [{"cell": "rope_tests", "label": label, "weight": 1.0, "passed": passed, "kind": kind,
+                "together": together, "diagnosis": None if passed else f"{label} is wrong"}
+               for label, passed, kind, together in checks]
+    return hidden.score(records, {"rope_tests": 4.0})["rope_tests"]
+
+
+def test_a_drawn_check_is_not_counted_where_a_fixed_check_of_the_part_failed():
+    """One notebook, one score: whether this grading's draws showed the mistake too does not change the score, and the
+    feedback says what the drawn check's points went for."""
+    found = _scored(("values", False, record.FIXED, False), ("shape", True, record.FIXED, False),
+                    ("drawn", False, record.DRAWN, False), ("speed", True, record.MEASURED, False))
+    missed = _scored(("values", False, record.FIXED, False), ("shape", True, record.FIXED, False),
+                     ("drawn", True, record.DRAWN, False), ("speed", True, record.MEASURED, False))
+    assert found.score == missed.score == 2.0
+    assert [c.uncounted for c in missed.checks] == [False, False, True, False]
+    assert not any(c.uncounted for c in found.checks)
+    assert "FAILED (-1 points): values is wrong" in missed.text()
+    assert f"FAILED (-1 points): {record.UNCOUNTED}" in missed.text()
+    assert record.UNCOUNTED not in missed.failed, "not a diagnosis: the class report counts those"
+
+
+@pytest.mark.parametrize("other", [("speed", False, record.MEASURED, False), ("with yours", False, record.FIXED, True),
+                                   ("shape", True, record.FIXED, False)])
+def test_a_drawn_check_that_passed_counts_where_no_fixed_check_of_the_values_failed(other):
+    """A slow part, or a part right alone but wrong with the learner's other parts, or one every check passes: the
+    drawn check counts as it went."""
+    v = _scored(("values", True, record.FIXED, False), ("drawn", True, record.DRAWN, False), other)
+    assert not any(c.uncounted for c in v.checks)
+    assert v.score == round(4.0 * (2 + other[1]) / 3, 2)

@@ -22,7 +22,7 @@ from pathlib import Path
 from autograder import config
 from autograder.notebooks import TESTS_SUFFIX, graded_cells, learner_cells
 from autograder.verdict import channel, context, static
-from autograder.verdict.record import FLAGGED, Check, GraderFault, Grading, Verdict
+from autograder.verdict.record import DRAWN, FIXED, FLAGGED, MEASURED, Check, GraderFault, Grading, Verdict
 
 SUITES = Path(__file__).parent / "suites"
 def suite_path(assignment: str, settings: config.Settings | None = None) -> Path:
@@ -121,6 +121,7 @@ class Recorder:
             "diagnosis": diagnosis,
             "fault": fault,
             "together": item.get_closest_marker("together") is not None,
+            "kind": next((k for k in (DRAWN, MEASURED) if item.get_closest_marker(k)), FIXED),
             "causes": causes,
             "ruled_out": ruled_out,
             "refused": refused if call.excinfo is not None else [],
@@ -224,6 +225,16 @@ def run_suite(assignment: str, cells: list[dict], settings: config.Settings, dea
     return result
 
 
+def _uncount_drawn(v: Verdict):
+    """One notebook, one score: where a check of the part's values that every grading makes failed (not drawn, not
+    measured, not of the learner's parts together), the part does not meet its contract, so its checks on calls drawn
+    for this grading are not counted as met even where this grading's draws did not show the mistake: the part's score
+    does not depend on which draws found it."""
+    charged = any(not c.passed and c.kind == FIXED and not c.together for c in v.checks)
+    for c in v.checks:
+        c.uncounted = charged and c.passed and c.kind == DRAWN
+
+
 def score(records: list[dict], graded: dict[str, float], findings: static.Report | None = None) -> dict[str, Verdict]:
     verdicts = {gid: Verdict(gid, pts) for gid, pts in graded.items()}
     for rec in records:
@@ -232,11 +243,12 @@ def score(records: list[dict], graded: dict[str, float], findings: static.Report
             v.checks.append(Check(rec["label"], rec["weight"], rec["passed"], rec.get("diagnosis"),
                                   bool(rec.get("together")), list(rec.get("causes") or []),
                                   list(rec.get("ruled_out") or []), list(rec.get("refused") or []),
-                                  list(rec.get("cause_ids") or [])))
+                                  list(rec.get("cause_ids") or []), rec.get("kind", FIXED)))
     findings = findings or static.Report()
     for gid, v in verdicts.items():
+        _uncount_drawn(v)
         total = sum(c.weight for c in v.checks)
-        got = sum(c.weight for c in v.checks if c.passed)
+        got = sum(c.weight for c in v.checks if c.passed and not c.uncounted)
         name = gid.removesuffix(TESTS_SUFFIX)
         library = findings.library.get(name, [])
         refused = sorted({r for c in v.checks if not c.passed for r in c.refused})

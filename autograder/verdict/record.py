@@ -28,12 +28,14 @@ def path(grading_dir: str | Path, learner: str, assignment: str, notebook: str) 
     return Path(grading_dir) / FOLDER / learner / assignment / f"{notebook}.json"
 
 
-VERSION = 2                    # of the record's schema: 1 had no version, no `refused` and no `cause_ids`
+VERSION = 3       # of the record's schema (1: no version, `refused`, `cause_ids`; 2: no `kind`, no `uncounted`)
+FIXED, DRAWN, MEASURED = "fixed", "drawn", "measured"     # a check's kind: every grading's calls, drawn ones, a measure
 _STRINGS = {"type": "array", "items": {"type": "string"}}
 _CHECK = {"type": "object", "required": ["label", "weight", "passed"], "additionalProperties": False, "properties": {
     "label": {"type": "string"}, "weight": {"type": "number", "minimum": 0}, "passed": {"type": "boolean"},
     "diagnosis": {"type": ["string", "null"]}, "together": {"type": "boolean"}, "causes": _STRINGS,
-    "cause_ids": _STRINGS, "ruled_out": _STRINGS, "refused": _STRINGS}}
+    "cause_ids": _STRINGS, "ruled_out": _STRINGS, "refused": _STRINGS, "kind": {"enum": [FIXED, DRAWN, MEASURED]},
+    "uncounted": {"type": "boolean"}}}
 _VERDICT = {"type": "object", "required": ["grade_id", "points", "score", "status", "checks", "notes"],
             "additionalProperties": False, "properties": {
                 "grade_id": {"type": "string"}, "points": {"type": "number", "minimum": 0},
@@ -73,10 +75,12 @@ def validate(rec) -> dict:
 
 
 def upgraded(rec: dict) -> dict:
-    """A record of an earlier version in this version's form (version 1: no version, no refusals, no cause ids)."""
-    if isinstance(rec, dict) and "version" not in rec:
+    """A record of an earlier version in this version's form (version 1: no version, no refusals, no cause ids;
+    version 2: no kind of check, none uncounted)."""
+    if isinstance(rec, dict) and rec.get("version", 2) == 2 and isinstance(rec.get("verdicts", {}), dict):
         rec = {**rec, "version": VERSION, "verdicts": {
-            g: {**v, "checks": [{"refused": [], "cause_ids": [], **c} for c in v.get("checks", [])]}
+            g: {**v, "checks": [{"refused": [], "cause_ids": [], "kind": FIXED, "uncounted": False, **c}
+                                for c in v.get("checks", [])]}
             for g, v in rec.get("verdicts", {}).items()}}
     return rec
 
@@ -113,6 +117,12 @@ class Check:
     ruled_out: list[str] = field(default_factory=list)  # known mistakes wrong on this test's input that it is not
     refused: list[str] = field(default_factory=list)    # library versions of the exercise its code reached (by name)
     cause_ids: list[str] = field(default_factory=list)  # the names of the known mistakes `causes` says, in order
+    kind: str = FIXED             # FIXED: calls every grading makes; DRAWN: calls drawn for this grading; MEASURED
+    uncounted: bool = False       # passed, yet not counted: a drawn check where a fixed one failed (hidden.score)
+
+
+UNCOUNTED = ("on inputs drawn for this grading: not counted, because the checks every grading makes found this part "
+             "wrong (whether this grading's draws showed it too does not change the score)")
 
 
 @dataclass
@@ -162,9 +172,11 @@ class Verdict:
         """(the cause named, or None; the points its tests cost, or None when the score does not come from the
         tests, a note set it; what those tests observed, once each)."""
         total = sum(c.weight for c in self.checks)
+        uncounted = [c for c in self.checks if c.uncounted]
+        groups = self._groups() + ([(None, uncounted)] if uncounted else [])
         rows = [(cause, sum(self.points * c.weight / total if total else 0.0 for c in checks),
-                 list(dict.fromkeys(c.diagnosis for c in checks if c.diagnosis)))
-                for cause, checks in self._groups()]
+                 list(dict.fromkeys(c.diagnosis or UNCOUNTED for c in checks)))
+                for cause, checks in groups]
         from_tests = abs(sum(r[1] for r in rows) - (self.points - self.score)) < 0.011
         return [(cause, round(cost, 2) if from_tests else None, seen) for cause, cost, seen in rows]
 

@@ -390,6 +390,7 @@ def test_sdpa_permutation(learner, Lq, Lk, seed):
 
 @SDPA
 @pytest.mark.weight(2)
+@pytest.mark.drawn
 def test_sdpa_on_drawn_inputs(learner, reference):
     """on inputs drawn for this grading: any shapes and dtypes, masks with empty rows, scores near 1e4 or far below 0"""
     drawn(learner, reference, "scaled_dot_product_attention", 9011)
@@ -437,6 +438,7 @@ def test_causal_device(learner):
 
 
 @CAUSAL
+@pytest.mark.drawn
 def test_causal_on_drawn_inputs(learner, reference):
     """on inputs drawn for this grading: up to 600 positions, on the device asked for ("meta" too)"""
     drawn(learner, reference, "causal_mask", 9012)
@@ -572,6 +574,7 @@ def test_mha_with_your_attention(learner, course):
 
 @MHA
 @pytest.mark.weight(2)
+@pytest.mark.drawn
 def test_mha_on_drawn_inputs(learner, reference):
     """on inputs drawn for this grading: 1 to 8 heads, with and without bias, cross-attention, masks with empty rows"""
     drawn(learner, reference, "MultiHeadAttention", 9013)
@@ -680,6 +683,7 @@ def test_blockwise_any_sizes(learner, Lq, Lk, bs, causal, seed):
 
 @BLOCK
 @pytest.mark.weight(2)
+@pytest.mark.drawn
 def test_blockwise_on_drawn_inputs(learner, reference):
     """on inputs drawn for this grading: any shapes and block sizes, causal or not, both dtypes, extreme scores"""
     drawn(learner, reference, "blockwise_attention", 9014)
@@ -695,6 +699,7 @@ SDPA_GPU_SPEED_SHAPE, SDPA_GPU_SPEED_CALLS = [8, 16, 1024, 64], 5
 
 
 @SDPA
+@pytest.mark.measured
 def test_sdpa_speed(learner, reference_worker):
     """runs about as fast as the reference solution (no Python loop over positions)"""
     shape, calls = on_device((SDPA_SPEED_SHAPE, SDPA_SPEED_CALLS), (SDPA_GPU_SPEED_SHAPE, SDPA_GPU_SPEED_CALLS))
@@ -711,6 +716,7 @@ MHA_SPEED_SHAPE, MHA_SPEED_CALLS = [2, 128, 64], 8
 
 
 @MHA
+@pytest.mark.measured
 def test_mha_speed(learner, timed_reference):
     """runs about as fast as the reference solution (all heads at once)"""
     mine, ref = module_targets(learner, timed_reference, "MultiHeadAttention", 64, 4)
@@ -722,6 +728,7 @@ BLOCKWISE_GPU_SPEED_SHAPE, BLOCKWISE_GPU_SPEED_CALLS = [2, 8, 2048, 64], 3
 
 
 @BLOCK
+@pytest.mark.measured
 def test_blockwise_speed(learner, reference_worker):
     """runs about as fast as the reference solution (a loop over key blocks, not over positions)"""
     shape, calls = on_device((BLOCKWISE_SPEED_SHAPE, BLOCKWISE_SPEED_CALLS),
@@ -745,6 +752,7 @@ def score_matrix_bytes(shape) -> int:
 
 @BLOCK
 @pytest.mark.weight(2)
+@pytest.mark.measured
 def test_blockwise_memory(learner, reference_worker):
     """extra memory O(Lq * block_size), causal or not: never the whole Lq x Lk score matrix"""
     shape = on_device(MEMORY_SHAPE, MEMORY_GPU_SHAPE)

@@ -567,6 +567,7 @@ def test_attention_kernel_extreme_scores(learner):
 
 @KERNEL
 @pytest.mark.weight(2)
+@pytest.mark.drawn
 def test_attention_kernel_on_drawn_inputs(learner):
     """on inputs drawn for this grading: sizes around the blocks, causal or not, extreme scores, the edges"""
     drawn(learner, "flash_attention", 9031)
@@ -615,6 +616,7 @@ def test_causal_attention_kernel_values(learner):
 
 
 @CAUSAL
+@pytest.mark.drawn
 def test_causal_attention_kernel_on_drawn_inputs(learner):
     """on inputs drawn for this grading: sizes around the blocks, extreme scores, float16, the edges"""
     drawn(learner, "flash_attention_causal", 9032)
@@ -639,6 +641,7 @@ def test_causal_attention_kernel_bytes(learner):
 # -- the compile facts of both kernels, last: the compiling runs beside the tests above ----------------------------
 @KERNEL
 @pytest.mark.weight(2)
+@pytest.mark.measured
 def test_attention_kernel_compiles(learner):
     """compiles for sm_80 and sm_90 at d = 128 in float16: its shared memory fits, no register spills, no tile larger
     than a block"""
@@ -646,6 +649,7 @@ def test_attention_kernel_compiles(learner):
 
 
 @CAUSAL
+@pytest.mark.measured
 def test_causal_attention_kernel_compiles(learner):
     """compiles for sm_80 and sm_90 at d = 128 in float16: its shared memory fits, no register spills"""
     compiles("causal_attention_kernel")
@@ -744,6 +748,7 @@ def on_gpu_within(timed_kernels, part: str, what: str):
 @KERNEL
 @pytest.mark.gpu
 @pytest.mark.weight(2)
+@pytest.mark.measured
 def test_attention_kernel_speed_on_a_gpu(learner, timed_kernels):
     """on a GPU only: within 3x the time of torch's FlashAttention-2 at L = 1024 (float16) and 16384 (bfloat16)"""
     on_gpu_within(timed_kernels, "flash_attention", "attention_kernel")
@@ -751,6 +756,7 @@ def test_attention_kernel_speed_on_a_gpu(learner, timed_kernels):
 
 @CAUSAL
 @pytest.mark.gpu
+@pytest.mark.measured
 def test_causal_attention_kernel_speed_on_a_gpu(learner, timed_kernels):
     """on a GPU only: within 3x the time of FlashAttention-2 with is_causal=True at L = 1024 and 16384"""
     on_gpu_within(timed_kernels, "flash_attention_causal", "causal_attention_kernel")

@@ -236,6 +236,7 @@ def test_sinusoidal_dot_depends_on_offset(learner, L, half, shift):
 
 @SIN
 @pytest.mark.weight(2)
+@pytest.mark.drawn
 def test_sinusoidal_on_drawn_inputs(learner, reference):
     """on inputs drawn for this grading: up to 2,500 positions, other bases by position or keyword, calls repeated"""
     drawn(learner, reference, "sinusoidal_encoding", 9001)
@@ -334,6 +335,7 @@ def test_rope_relative(learner, shift, seed):
 
 @ROPE
 @pytest.mark.weight(2)
+@pytest.mark.drawn
 def test_rope_on_drawn_inputs(learner, reference):
     """on inputs drawn for this grading: float32 and float64 at their own precision, 1,500 positions, other bases"""
     drawn(learner, reference, "rope", 9002)
@@ -389,6 +391,7 @@ def test_alibi_single_position(learner):
 
 
 @ALIBI
+@pytest.mark.drawn
 def test_alibi_on_drawn_inputs(learner, reference):
     """on inputs drawn for this grading: 1 to 40 heads, up to 150 positions"""
     drawn(learner, reference, "alibi_bias", 9003)

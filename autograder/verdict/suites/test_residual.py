@@ -271,6 +271,7 @@ def test_ln_leaves_input(learner):
 
 @LN
 @pytest.mark.weight(2)
+@pytest.mark.drawn
 def test_ln_on_drawn_inputs(learner, reference):
     """on inputs drawn for this grading: any shapes, scales and eps, nearly constant rows, drawn or initial weights"""
     drawn(learner, reference, "LayerNorm", 9021)
@@ -327,6 +328,7 @@ def test_ff_leaves_input(learner):
 
 @FF
 @pytest.mark.weight(2)
+@pytest.mark.drawn
 def test_ff_on_drawn_inputs(learner, reference):
     """on inputs drawn for this grading: any sizes and leading dimensions"""
     drawn(learner, reference, "FeedForward", 9022)
@@ -451,6 +453,7 @@ def test_block_leaves_input(learner):
 
 @BLOCK
 @pytest.mark.weight(2)
+@pytest.mark.drawn
 def test_block_on_drawn_inputs(learner, reference):
     """on inputs drawn for this grading: Pre-LN and Post-LN, masks of both shapes, by position or keyword"""
     drawn(learner, reference, "TransformerBlock", 9023)
@@ -492,6 +495,7 @@ BLOCK_SPEED_SHAPE, BLOCK_SPEED_CALLS = [2, 64, 64], 5
 
 
 @BLOCK
+@pytest.mark.measured
 def test_block_speed(learner, timed_reference):
     """runs about as fast as the reference solution"""
     mine, ref = module_targets(learner, timed_reference, "TransformerBlock", 64, 4, 128)

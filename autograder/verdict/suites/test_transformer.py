@@ -396,6 +396,7 @@ def test_tiny_order_matters(learner):
 
 @TINY
 @pytest.mark.weight(2)
+@pytest.mark.drawn
 def test_tiny_on_drawn_inputs(learner, reference):
     """on inputs drawn for this grading: Pre-LN and Post-LN, 1 to 3 layers, any sizes, every weight drawn"""
     check_drawn(learner, vars(reference(A)), "TinyTransformer", CONTRACT["TinyTransformer"],
@@ -456,6 +457,7 @@ def test_tiny_drawn(request, learner, reference):
 
 
 @TINY
+@pytest.mark.measured
 def test_tiny_speed(learner, timed_reference):
     """the forward pass runs about as fast as the reference solution"""
     from autograder.verdict.timing import Target
