@@ -14,6 +14,7 @@ from . import families
 from .checks import (
     DRAWING_PRELOAD,
     Diagnosis,
+    allowed_error,
     check,
     close,
     draw_structure,
@@ -21,10 +22,13 @@ from .checks import (
     leaves_inputs,
     load_exact,
     load_state,
+    max_error,
     module_targets,
     randn,
     seeded,
+    tensor,
     together,
+    where,
 )
 from .contract import Call, Draw, Part, Promises, check_drawn
 from .library import ATTENTION_OPS, NORM_OPS
@@ -235,10 +239,19 @@ def test_ln_custom_eps(learner):
 
 @LN
 def test_ln_leading_dims(learner):
-    """any number of leading dimensions (none, one, three)"""
-    proxy, state = layer_norm(learner, 6, seed=8)
+    """any number of leading dimensions (none, one, three), each row as in a tensor of rows"""
+    # The learner's own rows are the reference: the promise is the leading dimensions, and values wrong in every shape
+    # are the values tests' to charge (a mistake near its tolerance would fail here in some gradings only).
+    proxy, _ = layer_norm(learner, 6, seed=8)
     for shape in ((6,), (9, 6), (2, 3, 1, 6)):
-        norm_close(proxy, state, randn(*shape, seed=9, scale=2.0), "LayerNorm(6)")
+        x = randn(*shape, seed=9, scale=2.0)
+        n = x.numel() // 6
+        rows = tensor(proxy(x.reshape(n, 6)), f"LayerNorm(6) on x of shape ({n}, 6)", shape=(n, 6))
+        what = f"LayerNorm(6) on x of shape {shape}, against your LayerNorm(6) on its rows as a ({n}, 6) tensor,"
+        got = tensor(proxy(x), what, shape=shape, dtype=rows.dtype)
+        err, allowed = max_error(got, rows.reshape(shape)), allowed_error(rows.reshape(shape).double(), torch.float32)
+        check(err <= allowed, f"{what} is wrong: largest error {err:.3g} (allowed {allowed:.3g})"
+                              f"{where(got, rows.reshape(shape))}")
 
 
 @LN
