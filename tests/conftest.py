@@ -23,7 +23,7 @@ TIERS = {
 FILE_TIERS = {
     "quick": ["test_channel.py", "test_guard.py", "test_house.py", "test_record.py", "test_static.py", "test_timing.py",
               "test_gpu.py", "test_sandbox.py", "test_contract.py", "test_labextension.py", "test_book.py",
-              "test_bounded.py"],
+              "test_bounded.py", "test_pipeline.py"],
     "nbgrader": ["test_class.py", "test_exercises.py", "test_export.py", "test_faults.py", "test_forkserver.py",
                  "test_grading.py", "test_graph.py", "test_hub.py", "test_mutation.py", "test_nbgrader_commands.py",
                  "test_release.py", "test_service.py", "test_variants.py"],

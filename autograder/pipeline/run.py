@@ -8,9 +8,12 @@ import contextlib
 import hashlib
 import hmac
 import json
+import os
 import re
 import secrets
 import time
+import weakref
+from pathlib import Path
 from typing import Any
 
 import nbformat
@@ -77,10 +80,31 @@ def make_ready(assignment: str, s: config.Settings):
     _kernels.prepare(s, _wall(s))
 
 
+# converter -> the submissions its run grades, read at its first notebook, when the others are as the run found them
+_GRADED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _graded(converter, assignment_id: str, student_id: str) -> bool:
+    """Whether the converter's run grades this submission, as its `init_destination` decides (read, not done: that
+    removes what it will write again): no autograded notebook yet, `--force`, or a submission newer than it."""
+    cd = converter.coursedir
+    dest = os.path.normpath(converter._format_dest(assignment_id, student_id))
+    if cd.notebook_id == "*" and not os.path.exists(dest):
+        return True
+    if cd.notebook_id != "*" and any(not os.path.exists(os.path.join(dest, Path(nb).stem + ".ipynb"))
+                                     for nb in converter.notebooks):
+        return True
+    if converter.force:
+        return True
+    new = cd.get_existing_timestamp(converter._format_source(assignment_id, student_id))
+    old = cd.get_existing_timestamp(dest)
+    return new is not None and old is not None and new > old
+
+
 def position(pre, resources) -> tuple[int, int] | None:
     """(which, of how many): this submission's place among those this nbgrader run grades, which the converter (the
-    preprocessor's exporter's parent) grades in sorted order, learners it excludes left out. None when that cannot
-    be read."""
+    preprocessor's exporter's parent) grades in sorted order, learners it excludes and submissions it skips (graded
+    before, without `--force`) left out. None when that cannot be read."""
     converter: Any = getattr(getattr(pre, "parent", None), "parent", None)
     try:
         cd = converter.coursedir
@@ -89,8 +113,13 @@ def position(pre, resources) -> tuple[int, int] | None:
         ids = [m.groupdict() for m in (re.match(pattern, f) for f in sorted(converter.assignments))
                if m and m.group("student_id") not in excluded]
         ours = {"assignment_id": resources["nbgrader"]["assignment"], "student_id": resources["nbgrader"]["student"]}
-        return (ids.index(ours) + 1, len(ids)) if ours in ids else None
-    except (AttributeError, KeyError, TypeError, re.error):
+        if ours not in ids:
+            return None
+        if converter not in _GRADED:
+            _GRADED[converter] = [x for x in ids if x == ours or _graded(converter, **x)]
+        graded = _GRADED[converter]
+        return (graded.index(ours) + 1, len(graded)) if ours in graded else None
+    except (AttributeError, KeyError, TypeError, ValueError, OSError, re.error):
         return None
 
 
