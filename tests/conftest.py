@@ -2,7 +2,7 @@
 from pathlib import Path
 
 import pytest
-from helpers import ASSIGNMENTS
+from helpers import ASSIGNMENTS, CHROMIUM, CHROMIUM_ARGS
 
 from autograder.verdict.suites import conftest as suites_conftest
 
@@ -68,3 +68,28 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def assignments():
     return ASSIGNMENTS
+
+
+@pytest.fixture(scope="module")
+def site():
+    """The book built with the one command the Makefile and the publishing workflow use (tests/site_server.py): built
+    once per run, and read again by a later module that finds it newer than every source."""
+    from site_server import ensure_built
+
+    return ensure_built()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Chromium, headless, driven by Playwright."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright is not installed: `make install` installs it from requirements.txt")
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's (apt-get install chromium); "
+                    "or set CHROMIUM to a Chromium or Chrome binary")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()

@@ -57,7 +57,7 @@ def stale():
 
 
 def ensure_built():
-    """Build the book unless _build/html is already newer than every source (test_book.py just built it).
+    """Build the book unless _build/html is already newer than every source (an earlier module of the run built it).
 
     A lock keeps two test processes of one run from building into _build/html at the same time."""
     HTML.parent.mkdir(parents=True, exist_ok=True)

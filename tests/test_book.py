@@ -5,27 +5,13 @@ import html.parser
 import json
 import re
 import statistics
-import subprocess
-import sys
 import types
-from pathlib import Path
 
 import pytest
 import torch
 from helpers import ROOT, book_module, leaks, secret_lines
 
 pytestmark = pytest.mark.xdist_group("book")
-HTML = ROOT / "_build" / "html"
-
-
-@pytest.fixture(scope="module")
-def site():
-    """Build the book with the one command the Makefile and the publishing workflow use."""
-    jb = Path(sys.executable).parent / "jupyter-book"
-    r = subprocess.run([str(jb), "build", "--all", "-W", "-n", "--keep-going", "."], cwd=ROOT,
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-5000:]
-    return HTML
 
 
 def pages(site):

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import CHROMIUM, CHROMIUM_ARGS, prepare
+from helpers import prepare
 
 from autograder.authoring import variants
 from autograder.classroom import classgrade, grade, report
@@ -511,18 +511,6 @@ def big_class(tmp_path_factory):
             record.store(record.path(d, learner, BIG, BIG), record.Grading(verdicts, fault=fault).to_dict())
         gb.db.commit()
     return d, report.build(d, BIG)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    if not os.path.exists(CHROMIUM):
-        pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's (apt-get install chromium)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
 
 
 SEEN = """() => {

@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from attacks import FLOOD, HEAVY
-from helpers import CHROMIUM, CHROMIUM_ARGS, MARKS, SUITE, peak_memory, prepare
+from helpers import MARKS, SUITE, peak_memory, prepare
 
 from autograder.authoring import variants
 from autograder.classroom import grade
@@ -108,18 +108,6 @@ def test_everyone_is_graded(graded):
 
 
 # -- the browser --------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's (apt-get install chromium)")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
-
-
 @pytest.fixture(scope="module")
 def served(graded):
     """The feedback folder over HTTP on 127.0.0.1, as a Jupyter server would serve it."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from helpers import CHROMIUM, CHROMIUM_ARGS, run_check_cell
+from helpers import run_check_cell
 
 from autograder import ROOT
 from autograder.authoring import variants
@@ -140,29 +140,25 @@ def test_the_hub_decides_who_may_check_and_who_reads_the_table(hub):
 
 
 @pytest.mark.full     # too long for make test (docs/testing.md)
-def test_the_upload_page_logs_in_through_the_hub(hub, tmp_path):
+def test_the_upload_page_logs_in_through_the_hub(browser, hub, tmp_path):
     """A browser: the page sends it to the hub's login, back by OAuth, and the form asks for no token: ben's check
     is his because the hub says the browser is his."""
-    from playwright.sync_api import sync_playwright
 
     nb = tmp_path / f"{ASG}.ipynb"
     nbformat.write(variants.submission(ASG), str(nb))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page()
-        page.goto(hub.service + "/")
-        page.fill("input[name=username]", "ben")
-        page.fill("input[name=password]", PASSWORD)
-        page.click("input[type=submit], button[type=submit]")
-        page.wait_for_selector("input[name=notebook]", timeout=60_000)
-        assert page.url.startswith(hub.service + "/"), page.url
-        assert page.locator("input[name=token]").count() == 0
-        page.set_input_files("input[name=notebook]", str(nb))
-        with page.expect_response(lambda r: r.url.endswith("/upload")) as answer:
-            page.click("button[type=submit]")
-        assert "default-src 'none'" in answer.value.headers["content-security-policy"]
-        page.wait_for_selector("#answer", timeout=300_000)
-        assert f"{ASG}: 11 / 11 points" in page.inner_text("#answer")
-        browser.close()
+    page = browser.new_page()
+    page.goto(hub.service + "/")
+    page.fill("input[name=username]", "ben")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("input[type=submit], button[type=submit]")
+    page.wait_for_selector("input[name=notebook]", timeout=60_000)
+    assert page.url.startswith(hub.service + "/"), page.url
+    assert page.locator("input[name=token]").count() == 0
+    page.set_input_files("input[name=notebook]", str(nb))
+    with page.expect_response(lambda r: r.url.endswith("/upload")) as answer:
+        page.click("button[type=submit]")
+    assert "default-src 'none'" in answer.value.headers["content-security-policy"]
+    page.wait_for_selector("#answer", timeout=300_000)
+    assert f"{ASG}: 11 / 11 points" in page.inner_text("#answer")
     status, body = hub.request(f"{hub.service}/instructor/checks.csv", hub.token("prof", ACCESS))
     assert f"ben,{ASG}," in body.decode(), body

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from helpers import CHROMIUM, CHROMIUM_ARGS, ROOT, first_check
+from helpers import ROOT, first_check
 
 from autograder.authoring import criteria, variants
 from autograder.notebooks import CHECK_CELL
@@ -161,7 +161,8 @@ def lab_service(tmp_path_factory):
 
 
 @pytest.mark.full     # make test keeps the check's place and time in the service (test_service.py)
-def test_the_button_says_at_once_the_check_s_place_and_time_and_the_learner_keeps_working(lab_service, tmp_path):
+def test_the_button_says_at_once_the_check_s_place_and_time_and_the_learner_keeps_working(browser, lab_service,
+                                                                                         tmp_path):
     """JupyterLab with the course's extension as `make install` installs it: while ben's slow check holds the grader,
     "Check my work" saves the open notebook and, within seconds, a notification says that the check was received, its
     place in the queue and the seconds so far, which grow; meanwhile the learner runs a cell of the same notebook and
@@ -169,7 +170,6 @@ def test_the_button_says_at_once_the_check_s_place_and_time_and_the_learner_keep
     first line, and its button the whole answer. The command is in the Run menu too; a notebook of an earlier release
     (its check() answers once graded) is checked as then, the notification counting the seconds; a notebook that is
     not the course's is told so. What the browser showed is in _build/screenshots/check-lab-*.png."""
-    from playwright.sync_api import sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     work = tmp_path / "work"
@@ -204,77 +204,74 @@ def test_the_button_says_at_once_the_check_s_place_and_time_and_the_learner_keep
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle'] >> visible=true", timeout=120_000)
 
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            wait_for(f"http://127.0.0.1:{port}/api/status?token={token}", lab, tmp_path / "lab.log", timeout=120)
-            page.goto(f"http://127.0.0.1:{port}/lab/tree/mine.ipynb?token={token}")
-            idle(page)
-            assert lab_service.send("ben", slow, ASG)[0] == 202
-            t = time.monotonic()
-            page.locator(button).click()
-            page.locator(f"{toast}:has-text('Check my work: saving'), {toast}:has-text('Check received')").first \
-                .wait_for(timeout=60_000)
-            noticed = time.monotonic() - t
-            waiting = page.locator(f"{toast}:has-text('Check received')")
-            waiting.wait_for(timeout=60_000)
-            first, shown = waiting.inner_text(), time.monotonic() - t
-            page.screenshot(path=SHOTS / "check-lab-waiting.png")
-            print(f"\nafter the click: a notification in {noticed:.2f} s, the check received in {shown:.2f} s: "
-                  f"{first!r}")
-            m = PROGRESS.fullmatch(first)
-            assert m and m.group(1) == "1" and shown < 10, first
-            assert page.locator(".Toastify__toast").filter(has=waiting).locator(".Toastify__spinner").count() == 1
-            # the learner keeps working: a cell of the same notebook runs, and its output comes, while the check waits
-            page.locator(".jp-Notebook .jp-Cell").first.locator(".cm-content").click()
-            page.keyboard.type("6 * 7")
-            page.keyboard.press("Shift+Enter")
-            output = page.locator(".jp-Notebook .jp-Cell").first.locator(".jp-OutputArea-output")
-            output.wait_for(timeout=60_000)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        wait_for(f"http://127.0.0.1:{port}/api/status?token={token}", lab, tmp_path / "lab.log", timeout=120)
+        page.goto(f"http://127.0.0.1:{port}/lab/tree/mine.ipynb?token={token}")
+        idle(page)
+        assert lab_service.send("ben", slow, ASG)[0] == 202
+        t = time.monotonic()
+        page.locator(button).click()
+        page.locator(f"{toast}:has-text('Check my work: saving'), {toast}:has-text('Check received')").first \
+            .wait_for(timeout=60_000)
+        noticed = time.monotonic() - t
+        waiting = page.locator(f"{toast}:has-text('Check received')")
+        waiting.wait_for(timeout=60_000)
+        first, shown = waiting.inner_text(), time.monotonic() - t
+        page.screenshot(path=SHOTS / "check-lab-waiting.png")
+        print(f"\nafter the click: a notification in {noticed:.2f} s, the check received in {shown:.2f} s: "
+              f"{first!r}")
+        m = PROGRESS.fullmatch(first)
+        assert m and m.group(1) == "1" and shown < 10, first
+        assert page.locator(".Toastify__toast").filter(has=waiting).locator(".Toastify__spinner").count() == 1
+        # the learner keeps working: a cell of the same notebook runs, and its output comes, while the check waits
+        page.locator(".jp-Notebook .jp-Cell").first.locator(".cm-content").click()
+        page.keyboard.type("6 * 7")
+        page.keyboard.press("Shift+Enter")
+        output = page.locator(".jp-Notebook .jp-Cell").first.locator(".jp-OutputArea-output")
+        output.wait_for(timeout=60_000)
+        still = waiting.inner_text()
+        assert output.inner_text().strip() == "42" and PROGRESS.fullmatch(still), still
+        deadline = time.monotonic() + 30                                                  # the seconds grow
+        while still == first and time.monotonic() < deadline:
+            time.sleep(0.2)
             still = waiting.inner_text()
-            assert output.inner_text().strip() == "42" and PROGRESS.fullmatch(still), still
-            deadline = time.monotonic() + 30                                                  # the seconds grow
-            while still == first and time.monotonic() < deadline:
-                time.sleep(0.2)
-                still = waiting.inner_text()
-            page.screenshot(path=SHOTS / "check-lab-working.png")
-            assert int(PROGRESS.fullmatch(still).group(2)) > int(m.group(2)), (first, still)
-            page.locator(button).click()                                       # again: one check a notebook at once
-            page.locator(f"{toast}:has-text(\"this notebook's check is under way\")").wait_for(timeout=30_000)
-            assert page.locator(f"{toast}:has-text('Check received')").count() == 1
-            # the answer's first line, whatever the score (what a check scores is tested by tests/test_service.py)
-            done = page.locator(f"{toast}:has-text('/ 11 points (a check: no grade changed)')")
-            done.wait_for(timeout=300_000)
-            page.screenshot(path=SHOTS / "check-lab-answered.png")
-            box = page.locator(".Toastify__toast").filter(has=done)
-            assert box.locator(".jp-toast-button").count() == 1, box.evaluate("e => e.outerHTML")
-            assert box.locator(".Toastify__spinner").count() == 0, box.evaluate("e => e.outerHTML")
-            page.locator(".jp-toast-button:has-text('Show the answer')").click()
-            page.wait_for_selector(answer)
-            text = page.inner_text(answer)
-            assert text.startswith(done.inner_text()) and "rope_tests: " in text, text
-            page.click(close)
-            box.locator(".jp-Notification-Toast-Close").click()
-            done.wait_for(state="detached")
-            page.click(".lm-MenuBar-itemLabel:text-is('Run')")                 # the command is in the Run menu too
-            assert page.locator(".lm-Menu-itemLabel:text-is('Check my work')").is_visible()
-            page.keyboard.press("Escape")
-            # A notebook of an earlier release: its check() runs whole, as then, the notification counting the seconds.
-            page.goto(f"http://127.0.0.1:{port}/lab/tree/earlier.ipynb?token={token}")
-            page.wait_for_selector(".lm-TabBar-tab.jp-mod-current >> text=earlier.ipynb")
-            idle(page)
-            page.locator(f"{button} >> visible=true").click()
-            sent = page.locator(f"{toast}:has-text('Check sent: waiting for its answer')")
-            sent.wait_for(timeout=60_000)
-            assert re.fullmatch(r"Check sent: waiting for its answer \(\d+ s so far\)", sent.inner_text())
-            done.wait_for(timeout=300_000)
-            # A notebook that is not one of the course's: nothing is sent, and the learner is told why.
-            page.goto(f"http://127.0.0.1:{port}/lab/tree/other.ipynb?token={token}")
-            page.wait_for_selector(".lm-TabBar-tab.jp-mod-current >> text=other.ipynb")
-            page.locator(f"{button} >> visible=true").click()
-            page.wait_for_selector(answer, timeout=60_000)
-            assert "has no check() cell" in page.inner_text(answer)
-            browser.close()
+        page.screenshot(path=SHOTS / "check-lab-working.png")
+        assert int(PROGRESS.fullmatch(still).group(2)) > int(m.group(2)), (first, still)
+        page.locator(button).click()                                       # again: one check a notebook at once
+        page.locator(f"{toast}:has-text(\"this notebook's check is under way\")").wait_for(timeout=30_000)
+        assert page.locator(f"{toast}:has-text('Check received')").count() == 1
+        # the answer's first line, whatever the score (what a check scores is tested by tests/test_service.py)
+        done = page.locator(f"{toast}:has-text('/ 11 points (a check: no grade changed)')")
+        done.wait_for(timeout=300_000)
+        page.screenshot(path=SHOTS / "check-lab-answered.png")
+        box = page.locator(".Toastify__toast").filter(has=done)
+        assert box.locator(".jp-toast-button").count() == 1, box.evaluate("e => e.outerHTML")
+        assert box.locator(".Toastify__spinner").count() == 0, box.evaluate("e => e.outerHTML")
+        page.locator(".jp-toast-button:has-text('Show the answer')").click()
+        page.wait_for_selector(answer)
+        text = page.inner_text(answer)
+        assert text.startswith(done.inner_text()) and "rope_tests: " in text, text
+        page.click(close)
+        box.locator(".jp-Notification-Toast-Close").click()
+        done.wait_for(state="detached")
+        page.click(".lm-MenuBar-itemLabel:text-is('Run')")                 # the command is in the Run menu too
+        assert page.locator(".lm-Menu-itemLabel:text-is('Check my work')").is_visible()
+        page.keyboard.press("Escape")
+        # A notebook of an earlier release: its check() runs whole, as then, the notification counting the seconds.
+        page.goto(f"http://127.0.0.1:{port}/lab/tree/earlier.ipynb?token={token}")
+        page.wait_for_selector(".lm-TabBar-tab.jp-mod-current >> text=earlier.ipynb")
+        idle(page)
+        page.locator(f"{button} >> visible=true").click()
+        sent = page.locator(f"{toast}:has-text('Check sent: waiting for its answer')")
+        sent.wait_for(timeout=60_000)
+        assert re.fullmatch(r"Check sent: waiting for its answer \(\d+ s so far\)", sent.inner_text())
+        done.wait_for(timeout=300_000)
+        # A notebook that is not one of the course's: nothing is sent, and the learner is told why.
+        page.goto(f"http://127.0.0.1:{port}/lab/tree/other.ipynb?token={token}")
+        page.wait_for_selector(".lm-TabBar-tab.jp-mod-current >> text=other.ipynb")
+        page.locator(f"{button} >> visible=true").click()
+        page.wait_for_selector(answer, timeout=60_000)
+        assert "has no check() cell" in page.inner_text(answer)
     finally:
         lab.terminate()                       # JupyterLab shuts its kernels down; past 30 s, it and they are killed
         try:

@@ -26,8 +26,6 @@ import nbformat
 import psutil
 import pytest
 from helpers import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
     MARKS,
     first_check,
     leaks,
@@ -331,31 +329,27 @@ def test_with_a_dask_scheduler_checks_run_on_its_workers(tmp_path):
 
 @SHARED
 @pytest.mark.browser
-def test_the_upload_page_shows_a_learner_s_script_as_text(service, tmp_path):
-    from playwright.sync_api import sync_playwright
+def test_the_upload_page_shows_a_learner_s_script_as_text(browser, service, tmp_path):
 
     nb = tmp_path / f"{ASG}.ipynb"
     nbformat.write(variants.submission(ASG, {"rope": SCRIPTED_ROPE}), str(nb))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page()
-        violations = []
-        page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
-        response = page.goto(service.url + "/")
-        assert "default-src 'none'" in response.headers["content-security-policy"]
-        page.fill("input[name=token]", service.roster["learners"]["eve"])          # asked once: the login form
-        page.click("button[type=submit]")
-        page.wait_for_selector("input[name=notebook]")
-        assert "Checking as eve" in page.inner_text("body") and page.locator("input[name=token]").count() == 0
-        page.select_option("select[name=assignment]", ASG)
-        page.set_input_files("input[name=notebook]", str(nb))
-        page.click("button[type=submit]")
-        page.wait_for_selector("#answer", timeout=300_000)
-        text = page.inner_text("#answer")
-        rope = re.search(r"rope_tests: ([\d.]+) / 4", text)
-        assert "<script>window.pwned = 1</script>" in text and rope and float(rope.group(1)) < 1, text
-        assert page.evaluate("window.pwned") is None
-        browser.close()
+    page = browser.new_page()
+    violations = []
+    page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+    response = page.goto(service.url + "/")
+    assert "default-src 'none'" in response.headers["content-security-policy"]
+    page.fill("input[name=token]", service.roster["learners"]["eve"])          # asked once: the login form
+    page.click("button[type=submit]")
+    page.wait_for_selector("input[name=notebook]")
+    assert "Checking as eve" in page.inner_text("body") and page.locator("input[name=token]").count() == 0
+    page.select_option("select[name=assignment]", ASG)
+    page.set_input_files("input[name=notebook]", str(nb))
+    page.click("button[type=submit]")
+    page.wait_for_selector("#answer", timeout=300_000)
+    text = page.inner_text("#answer")
+    rope = re.search(r"rope_tests: ([\d.]+) / 4", text)
+    assert "<script>window.pwned = 1</script>" in text and rope and float(rope.group(1)) < 1, text
+    assert page.evaluate("window.pwned") is None
 
 
 @SHARED
@@ -482,52 +476,48 @@ def test_check_in_the_learner_s_kernel_says_its_place_and_time_while_it_waits(se
 
 @SHARED
 @pytest.mark.full     # too long for make test (docs/testing.md)
-def test_the_upload_page_says_at_once_its_check_s_place_and_time(service, tmp_path):
+def test_the_upload_page_says_at_once_its_check_s_place_and_time(browser, service, tmp_path):
     """An upload while uma's slow check holds the grader: the browser is sent at once to its check's page, which says
     that it was received, its place in the queue and the seconds so far, reloads itself (no script runs) with the
     seconds growing, and then shows the verdicts. The page is its learner's alone. What the page showed is in
     _build/screenshots/check-upload-waiting.png and check-upload-answered.png."""
-    from playwright.sync_api import sync_playwright
 
     SHOTS.mkdir(parents=True, exist_ok=True)
     nb = tmp_path / f"{ASG}.ipynb"
     nbformat.write(variants.submission(ASG), str(nb))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        page = browser.new_page()
-        violations = []
-        page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
-        page.goto(service.url + "/")
-        page.fill("input[name=token]", service.roster["learners"]["val"])
-        page.click("button[type=submit]")
-        page.wait_for_selector("input[name=notebook]")
-        page.select_option("select[name=assignment]", ASG)
-        page.set_input_files("input[name=notebook]", str(nb))
-        assert service.send("uma", _slow(), ASG)[0] == 202
-        t = time.monotonic()
-        page.click("button[type=submit]")
-        page.wait_for_selector("#progress")
-        shown = time.monotonic() - t
-        first = page.inner_text("#progress")
-        page.screenshot(path=SHOTS / "check-upload-waiting.png")
-        print(f"\nthe check's page {shown:.2f} s after the upload was sent: {first!r}")
-        m = PROGRESS.fullmatch(first)
-        assert m and m.group(1) == "1" and shown < 5, first
-        assert re.search(r"/upload/[A-Za-z0-9_-]+$", page.url), page.url
-        assert page.locator("script").count() == 0
-        later = first
-        deadline = time.monotonic() + 60
-        while later == first and time.monotonic() < deadline:          # the page reloads itself
-            time.sleep(0.5)
-            later = page.locator("#progress, #answer").first.inner_text()
-        print(f"then: {later.splitlines()[0]!r}")
-        assert later != first and (PROGRESS.fullmatch(later) or ANSWERED.match(later)), later
-        page.wait_for_selector("#answer", timeout=300_000)
-        page.screenshot(path=SHOTS / "check-upload-answered.png")
-        assert ANSWERED.match(page.inner_text("#answer")), page.inner_text("#answer")
-        assert page.get_attribute("a:text-is('Check again')", "href") == "../"
-        where = page.url
-        browser.close()
+    page = browser.new_page()
+    violations = []
+    page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+    page.goto(service.url + "/")
+    page.fill("input[name=token]", service.roster["learners"]["val"])
+    page.click("button[type=submit]")
+    page.wait_for_selector("input[name=notebook]")
+    page.select_option("select[name=assignment]", ASG)
+    page.set_input_files("input[name=notebook]", str(nb))
+    assert service.send("uma", _slow(), ASG)[0] == 202
+    t = time.monotonic()
+    page.click("button[type=submit]")
+    page.wait_for_selector("#progress")
+    shown = time.monotonic() - t
+    first = page.inner_text("#progress")
+    page.screenshot(path=SHOTS / "check-upload-waiting.png")
+    print(f"\nthe check's page {shown:.2f} s after the upload was sent: {first!r}")
+    m = PROGRESS.fullmatch(first)
+    assert m and m.group(1) == "1" and shown < 5, first
+    assert re.search(r"/upload/[A-Za-z0-9_-]+$", page.url), page.url
+    assert page.locator("script").count() == 0
+    later = first
+    deadline = time.monotonic() + 60
+    while later == first and time.monotonic() < deadline:          # the page reloads itself
+        time.sleep(0.5)
+        later = page.locator("#progress, #answer").first.inner_text()
+    print(f"then: {later.splitlines()[0]!r}")
+    assert later != first and (PROGRESS.fullmatch(later) or ANSWERED.match(later)), later
+    page.wait_for_selector("#answer", timeout=300_000)
+    page.screenshot(path=SHOTS / "check-upload-answered.png")
+    assert ANSWERED.match(page.inner_text("#answer")), page.inner_text("#answer")
+    assert page.get_attribute("a:text-is('Check again')", "href") == "../"
+    where = page.url
     assert not violations, violations
     # the page is its learner's: no login is asked to log in, another learner is told there is no such check
     with pytest.raises(urllib.error.HTTPError) as e:

@@ -13,8 +13,7 @@ from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlsplit
 
 import pytest
-from helpers import CHROMIUM, CHROMIUM_ARGS
-from site_server import ROOT, SiteServer, ensure_built, toc_pages
+from site_server import ROOT, SiteServer, toc_pages
 
 pytestmark = pytest.mark.xdist_group("book")  # after test_book.py, on its worker: one build per run
 
@@ -97,29 +96,9 @@ HANGING = r"""() => {
 # --- the site, the server and the browser ----------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def site():
-    return ensure_built()
-
-
-@pytest.fixture(scope="module")
 def server(site):
     with SiteServer(site) as s:
         yield s
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("playwright is not installed: `make install` installs it from requirements.txt")
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"no Chromium at {CHROMIUM}: `make test` installs Debian's (apt-get install chromium); "
-                    "or set CHROMIUM to a Chromium or Chrome binary")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")
