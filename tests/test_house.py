@@ -261,10 +261,11 @@ def test_every_exercise_is_one_complete_unit_of_its_own_files():
 
 
 def test_each_hidden_test_of_drawn_calls_or_of_a_measure_says_so():
-    """hidden.score waives a failed check of drawn calls where a check every grading makes charges the part: a drawn
-    test left unmarked would charge a mistake twice in some gradings only, and a measure left unmarked would waive a
-    mistake of the values that only the draws found."""
+    """hidden.score does not count a drawn check of a part whose values a check every grading makes found wrong: a
+    drawn test left unmarked would charge a mistake in some gradings only, and a measure or a family's promise left
+    unmarked would charge the values' drawn checks for a mistake that is not of the values."""
     import importlib
+    import inspect
 
     from autograder import exercises
 
@@ -275,8 +276,10 @@ def test_each_hidden_test_of_drawn_calls_or_of_a_measure_says_so():
                 continue
             marks = {m.name for m in getattr(f, "pytestmark", [])}
             drawn = (f.__doc__ or "").startswith("on inputs drawn for this grading")
-            measure = re.search(r"_(speed|memory|compiles)(_on_a_gpu)?$", test) is not None
-            assert ("drawn" in marks) == drawn and ("measured" in marks) == measure, f"{name}: {test} {marks}"
+            measure = re.search(r"_(speed|memory|bytes|compiles)(_on_a_gpu)?$", test) is not None
+            family = not drawn and ("_family_" in test or "family(learner" in inspect.getsource(f))
+            assert (("drawn" in marks) == drawn and ("measured" in marks) == measure
+                    and ("family" in marks) == family), f"{name}: {test} {marks}"
 
 
 def test_the_docs_give_each_tier_s_count(request):

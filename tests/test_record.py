@@ -96,11 +96,11 @@ def test_a_drawn_check_is_not_counted_where_a_fixed_check_of_the_part_failed():
     assert record.UNCOUNTED not in missed.failed, "not a diagnosis: the class report counts those"
 
 
-@pytest.mark.parametrize("other", [("speed", False, record.MEASURED, False), ("with yours", False, record.FIXED, True),
-                                   ("shape", True, record.FIXED, False)])
+@pytest.mark.parametrize("other", [("speed", False, record.MEASURED, False), ("strided", False, record.FAMILY, False),
+                                   ("with yours", False, record.FIXED, True), ("shape", True, record.FIXED, False)])
 def test_a_drawn_check_that_passed_counts_where_no_fixed_check_of_the_values_failed(other):
-    """A slow part, or a part right alone but wrong with the learner's other parts, or one every check passes: the
-    drawn check counts as it went."""
+    """A slow part, a part that breaks a family's promise (not the values), one right alone but wrong with the
+    learner's other parts, or one every check passes: the drawn check counts as it went."""
     v = _scored(("values", True, record.FIXED, False), ("drawn", True, record.DRAWN, False), other)
     assert not any(c.uncounted for c in v.checks)
     assert v.score == round(4.0 * (2 + other[1]) / 3, 2)

@@ -22,7 +22,7 @@ from pathlib import Path
 from autograder import config
 from autograder.notebooks import TESTS_SUFFIX, graded_cells, learner_cells
 from autograder.verdict import channel, context, static
-from autograder.verdict.record import DRAWN, FIXED, FLAGGED, MEASURED, Check, GraderFault, Grading, Verdict
+from autograder.verdict.record import DRAWN, FAMILY, FIXED, FLAGGED, MEASURED, Check, GraderFault, Grading, Verdict
 
 SUITES = Path(__file__).parent / "suites"
 def suite_path(assignment: str, settings: config.Settings | None = None) -> Path:
@@ -121,7 +121,7 @@ class Recorder:
             "diagnosis": diagnosis,
             "fault": fault,
             "together": item.get_closest_marker("together") is not None,
-            "kind": next((k for k in (DRAWN, MEASURED) if item.get_closest_marker(k)), FIXED),
+            "kind": next((k for k in (DRAWN, MEASURED, FAMILY) if item.get_closest_marker(k)), FIXED),
             "causes": causes,
             "ruled_out": ruled_out,
             "refused": refused if call.excinfo is not None else [],
@@ -226,10 +226,10 @@ def run_suite(assignment: str, cells: list[dict], settings: config.Settings, dea
 
 
 def _uncount_drawn(v: Verdict):
-    """One notebook, one score: where a check of the part's values that every grading makes failed (not drawn, not
-    measured, not of the learner's parts together), the part does not meet its contract, so its checks on calls drawn
-    for this grading are not counted as met even where this grading's draws did not show the mistake: the part's score
-    does not depend on which draws found it."""
+    """One notebook, one score: where a check of the part's values on calls every grading makes failed (not a
+    measure, not a family's own promise, not the learner's parts together), its values are wrong, so its checks of the
+    values on calls drawn for this grading are not counted as met even where this grading's draws did not show the
+    mistake: the part's score does not depend on which draws found it."""
     charged = any(not c.passed and c.kind == FIXED and not c.together for c in v.checks)
     for c in v.checks:
         c.uncounted = charged and c.passed and c.kind == DRAWN

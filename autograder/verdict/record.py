@@ -29,13 +29,14 @@ def path(grading_dir: str | Path, learner: str, assignment: str, notebook: str) 
 
 
 VERSION = 3       # of the record's schema (1: no version, `refused`, `cause_ids`; 2: no `kind`, no `uncounted`)
-FIXED, DRAWN, MEASURED = "fixed", "drawn", "measured"     # a check's kind: every grading's calls, drawn ones, a measure
+# A check's kind: values on calls every grading makes, on calls drawn for it, a measure, a family's own promise
+FIXED, DRAWN, MEASURED, FAMILY = "fixed", "drawn", "measured", "family"
 _STRINGS = {"type": "array", "items": {"type": "string"}}
 _CHECK = {"type": "object", "required": ["label", "weight", "passed"], "additionalProperties": False, "properties": {
     "label": {"type": "string"}, "weight": {"type": "number", "minimum": 0}, "passed": {"type": "boolean"},
     "diagnosis": {"type": ["string", "null"]}, "together": {"type": "boolean"}, "causes": _STRINGS,
-    "cause_ids": _STRINGS, "ruled_out": _STRINGS, "refused": _STRINGS, "kind": {"enum": [FIXED, DRAWN, MEASURED]},
-    "uncounted": {"type": "boolean"}}}
+    "cause_ids": _STRINGS, "ruled_out": _STRINGS, "refused": _STRINGS,
+    "kind": {"enum": [FIXED, DRAWN, MEASURED, FAMILY]}, "uncounted": {"type": "boolean"}}}
 _VERDICT = {"type": "object", "required": ["grade_id", "points", "score", "status", "checks", "notes"],
             "additionalProperties": False, "properties": {
                 "grade_id": {"type": "string"}, "points": {"type": "number", "minimum": 0},
@@ -117,7 +118,7 @@ class Check:
     ruled_out: list[str] = field(default_factory=list)  # known mistakes wrong on this test's input that it is not
     refused: list[str] = field(default_factory=list)    # library versions of the exercise its code reached (by name)
     cause_ids: list[str] = field(default_factory=list)  # the names of the known mistakes `causes` says, in order
-    kind: str = FIXED             # FIXED: calls every grading makes; DRAWN: calls drawn for this grading; MEASURED
+    kind: str = FIXED             # FIXED, DRAWN, MEASURED or FAMILY (above)
     uncounted: bool = False       # passed, yet not counted: a drawn check where a fixed one failed (hidden.score)
 
 

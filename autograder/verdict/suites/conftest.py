@@ -150,7 +150,10 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "feedback: this test only adds to the feedback (no score, never fails)")
     config.addinivalue_line("markers", "drawn: this test's calls are drawn for each grading (its failure costs nothing "
                                        "where a check every grading holds already charges the part: hidden.score)")
-    config.addinivalue_line("markers", "measured: this test measures speed, memory or compiling, not the values")
+    config.addinivalue_line("markers", "measured: this test measures speed, memory, bytes moved or compiling, not the "
+                                       "values")
+    config.addinivalue_line("markers", "family: this test checks a promise of the families (autograder.verdict.suites."
+                                       "families), not the values")
     config.addinivalue_line("markers", "gpu: this test runs only where the grading's device is a GPU (elsewhere it is "
                                        "not collected, and its cell's other tests share its points)")
 

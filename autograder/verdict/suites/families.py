@@ -323,7 +323,7 @@ def _test(suite: str, part_name: str, family: str, label: int, cell: str):
     test.__doc__ = f"{FAMILY_DOCS[family]} (a promise every part keeps)"
     test.__name__ = f"test_{part_name}_family_{family.replace(' ', '_')}"
     test.__module__ = f"autograder.verdict.suites.test_{suite}"
-    return pytest.mark.cell(cell)(test)
+    return pytest.mark.family(pytest.mark.cell(cell)(test))
 
 
 FAMILY_DOCS = {

@@ -574,12 +574,14 @@ def test_attention_kernel_on_drawn_inputs(learner):
 
 
 @KERNEL
+@pytest.mark.family
 def test_attention_kernel_strided(learner):
     """arguments that are not contiguous in memory (views of transposed tensors): the kernel uses the strides"""
     family(learner, "flash_attention", "strided", 7301)
 
 
 @KERNEL
+@pytest.mark.family
 def test_attention_kernel_low_precision(learner):
     """float16 arguments, answered in float16 (float32 inside the kernel)"""
     family(learner, "flash_attention", "low precision", 7302)
@@ -587,6 +589,7 @@ def test_attention_kernel_low_precision(learner):
 
 @KERNEL
 @pytest.mark.weight(2)
+@pytest.mark.measured
 def test_attention_kernel_bytes(learner):
     """moves the fewest bytes its blocks allow: Q, O and the log-sum-exp once, K and V once per block of queries"""
     bm, bn = CHOSEN["BLOCK_M"], CHOSEN["BLOCK_N"]
@@ -624,6 +627,7 @@ def test_causal_attention_kernel_on_drawn_inputs(learner):
 
 
 @CAUSAL
+@pytest.mark.family
 def test_causal_attention_kernel_strided(learner):
     """arguments that are not contiguous in memory (views of transposed tensors): the kernel uses the strides"""
     family(learner, "flash_attention_causal", "strided", 7304)
@@ -631,6 +635,7 @@ def test_causal_attention_kernel_strided(learner):
 
 @CAUSAL
 @pytest.mark.weight(2)
+@pytest.mark.measured
 def test_causal_attention_kernel_bytes(learner):
     """reads K and V only in the blocks on or below the diagonal (and Q, O, the log-sum-exp once)"""
     L = 3 * max(CHOSEN["BLOCK_M"], CHOSEN["BLOCK_N"]) + 5
