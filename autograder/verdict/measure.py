@@ -71,7 +71,24 @@ def _tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-class CpuLimit:
+class _Polling:
+    """`_poll` run in a daemon thread from `_begin()` until `_end()`, which it checks with `self.stop` (the pollers
+    below)."""
+
+    def _poll(self):
+        raise NotImplementedError
+
+    def _begin(self):
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
+
+    def _end(self):
+        self.stop.set()
+        self.thread.join()
+
+
+class CpuLimit(_Polling):
     """Stops a worker's request once its sandbox has used `seconds` of CPU since the limit began (the kernel's count,
     polled from here every `interval`): work the grader does on the learner's behalf (compiling their kernel) is
     charged in the CPU it takes, not in the wall time a loaded machine stretches it to. `hit` says it stopped it."""
@@ -79,7 +96,6 @@ class CpuLimit:
     def __init__(self, proxy: Worker, seconds: float, interval: float = 0.1):
         self.proxy, self.seconds, self.interval = proxy, seconds, interval
         self.hit = False
-        self.stop = threading.Event()
 
     def _used(self) -> float:
         """CPU seconds of the worker's sandbox, read from the sandbox and process taken at the start (the worker
@@ -99,13 +115,11 @@ class CpuLimit:
         self.base = cpu_seconds(self.proxy)          # starts the worker if needed, notes a missing cgroup
         assert self.proxy.proc is not None           # started
         self.sandbox, self.proc = self.proxy.sandbox, self.proxy.proc
-        self.thread = threading.Thread(target=self._poll, daemon=True)
-        self.thread.start()
+        self._begin()
         return self
 
     def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join()
+        self._end()
 
 
 # -- memory ----------------------------------------------------------------------------------------------------------
@@ -170,7 +184,7 @@ def _worker_pid(root_pid: int) -> int:
     raise GraderFault("the grader could not find the worker's process")
 
 
-class HeldPoller:
+class HeldPoller(_Polling):
     """Polls the anonymous and tmpfs memory a sandbox holds (its cgroup's memory.stat) during a measured call, every
     millisecond, from outside it. A cgroup's peak counts page cache too, which the sandbox's own code can drop (a
     charged file's pages, given back with posix_fadvise) to make room for what the call builds; what the call holds
@@ -179,7 +193,6 @@ class HeldPoller:
     def __init__(self, read: Callable[[], int], interval: float = 0.001):
         self.read, self.interval = read, interval
         self.base = self.peak = 0
-        self.stop = threading.Event()
 
     def _poll(self):
         while not self.stop.is_set():
@@ -189,13 +202,11 @@ class HeldPoller:
 
     def __enter__(self):
         self.base = self.peak = self.read()
-        self.thread = threading.Thread(target=self._poll, daemon=True)
-        self.thread.start()
+        self._begin()
         return self
 
     def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join()
+        self._end()
         with contextlib.suppress(OSError, ValueError, KeyError):
             self.peak = max(self.peak, self.read())
 
