@@ -358,25 +358,32 @@ def test_the_report_counts_the_verdicts_as_recorded(tmp_path):
                      {"note": "your file was repaired", "learners": 1, "who": ["ann"]}]
 
 
-def test_the_report_counts_each_misconception_once(tmp_path):
-    """Two learners with one mistake (diagnoses that differ only in their numbers) make one row, counted twice, and
-    ranked first; an unanswered cell makes one row, whatever its other tests said, ranked after every mistake; another
-    mistake its own row."""
-    swapped = ["sin(50, 32) is wrong (largest error {}, allowed 1e-05): sin and cos are swapped", "row 0 is wrong ({})"]
-    halves = ["sin(50, 32) is wrong (largest error 2, allowed 1e-05): not concatenated halves"]
-    unanswered = ["must raise ValueError (it raised NotImplementedError)", "not implemented yet (it raises ...)"]
-    answers = {"ann": [d.format(1.41) for d in swapped], "bob": [d.format(1.39) for d in swapped], "cy": halves,
-               "dee": unanswered}
+def test_the_report_groups_learners_by_the_record_s_data(tmp_path):
+    """Learners are grouped by the record's data, never its words: two whose same checks failed make one row
+    (whatever numbers their diagnoses hold), counted twice, ranked first; two whose evidence names one known mistake
+    make one row though different checks failed; two whose words are the same but whose failed checks differ make
+    two; an unanswered cell makes one row, whatever its other tests said, ranked after every mistake."""
+    def check(label, diagnosis, **kw):
+        return record.Check(label, 1, False, diagnosis, **kw)
+
+    swapped = "sin(50, 32) is wrong (largest error {}, allowed 1e-05)"
+    halves = dict(causes=["the halves are not concatenated"], cause_ids=["sin_halves"])
+    answers = {"ann": [check("values", swapped.format(1.41)), check("row", "row 0 is wrong (1.41)")],
+               "bob": [check("values", swapped.format(1.39)), check("row", "row 0 is wrong (1.39)")],
+               "cy": [check("values", "wrong", **halves)], "dan": [check("shape", "wrong", **halves)],
+               "eve": [check("dtype", swapped.format(1.41))],
+               "fay": [check("raises", "must raise ValueError (it raised NotImplementedError)"),
+                       check("values", "not implemented yet (it raises ...)", unanswered=True)]}
     rows = []
-    for learner, diagnoses in answers.items():
-        _graded(tmp_path, learner, record.Verdict("rope_tests", 4.0, 1.0, checks=[
-            record.Check(f"t{i}", 1, False, d) for i, d in enumerate(diagnoses)]))
+    for learner, checks in answers.items():
+        _graded(tmp_path, learner, record.Verdict("rope_tests", 4.0, 1.0, checks=checks))
         rows.append(grade.CellScore(learner, ASG, "rope_tests", 1.0, 4.0, ""))
     diagnoses, _, _ = report.class_diagnoses(tmp_path, rows)
-    assert [(d["who"], d["lost"]) for d in diagnoses] == [(["ann", "bob"], 3.0), (["cy"], 3.0), (["dee"], 3.0)]
-    by = {d["who"][0]: d["diagnoses"] for d in diagnoses}
-    assert by["ann"][0].endswith("sin and cos are swapped")      # the one that names a cause first
-    assert by["dee"] == ["not implemented yet (it raises ...)"]
+    assert [(d["who"], d["lost"]) for d in diagnoses] == [(["ann", "bob"], 3.0), (["cy", "dan"], 3.0), (["eve"], 3.0),
+                                                          (["fay"], 3.0)]
+    by = {d["who"][0]: d for d in diagnoses}
+    assert by["cy"]["mistakes"] == ["sin_halves"] and by["cy"]["said"] == ["the halves are not concatenated"]
+    assert by["fay"]["diagnoses"] == ["not implemented yet (it raises ...)"] and by["fay"]["unanswered"]
 
 
 def _graded(tmp_path, learner: str, *verdicts: record.Verdict):

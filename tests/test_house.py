@@ -292,3 +292,81 @@ def test_the_docs_give_each_tier_s_count(request):
         pytest.skip("only a run that collects every test file counts the tiers")
     rows = re.findall(r"^\| `(\w+)` \| [^|]+ \| (\d+) \|", (ROOT / "docs" / "testing.md").read_text(), re.M)
     assert {tier: int(n) for tier, n in rows} == counts, "docs/testing.md's tier table: give each tier's count"
+
+
+# Every regular expression of the package, by module and the name that holds or uses it, with what it reads. None
+# reads a verdict's words, a log or another process's report: the record's data is read instead
+# (autograder.verdict.record). A new one fails here until it is listed with what it reads.
+REGULAR_EXPRESSIONS = {
+    "authoring.new": {"toc_with": "the course's _toc.yml", "write": "the new exercise's name"},
+    "authoring.variants": {"_MARKER": "nbgrader's solution markers in the course's source"},
+    "classroom.report": {n: "the book's Markdown and TeX, for the report's links and formulas"
+                         for n in ("FENCE", "HEADING", "IN_THE_BOOK", "LINK", "MATH", "SQRT", "TEX_COMMAND",
+                                   "_breakable", "_math")},
+    "exercises": {"CHAPTER_LINK": "the source notebook's link to its chapter", "_chapters": "the course's _toc.yml"},
+    "graph.model": {"_SAFE": "a module's attribute names, made safe for Graphviz"},
+    "inside.guard": {"Policy.__init__": "the exercise's library ban (a pattern of names the suite declares)"},
+    "inside.kernels": {n: "the NVIDIA compiler's own report on the kernel it compiled"
+                       for n in ("_REGISTERS", "_SPILLS", "_TILE")},
+    "inside.tracer": {"_code_line": "torch's stack trace of a graph node, for the feedback's graph"},
+    "pipeline.common": {"markdown_text": "text escaped for Markdown"},
+    "pipeline.exchange": {"ReleaseFeedback.not_from_exchange": "nbgrader's folder layout"},
+    "pipeline.feedback": {n: "the feedback page's HTML, CSS and TeX as written by nbconvert and MathJax"
+                          for n in ("BookLinks.preprocess_cell", "CONTROL", "Formulas.typeset", "GROUP",
+                                    "PYGMENTS_RULE", "STYLE", "TAG", "lean_svg", "used_styles")},
+    "pipeline.run": {"position": "nbgrader's folder layout"},
+    "pipeline.sanitize": {n: "a learner's Markdown, made inert" for n in ("FENCE", "LITERALS", "MARKDOWN_LINK",
+                                                                          "MARKUP", "markdown")},
+    "pipeline.submission": {"_defines": "a learner's source: whether a cell defines a name"},
+    "service.server": {"AUTHORIZATION": "an HTTP request's header", "RESPOND_ASYNC": "an HTTP request's header"},
+    "verdict.known": {"bugs": "a known mistake's source: whether it defines its part"},
+    "verdict.static": {"analyse": "the exercise's library ban (a pattern of names the suite declares)"},
+    "verdict.suites.checks": {"load_exact": "a module's parameter names"},
+    "verdict.suites.conftest": {"library": "the suites' library bans, joined into one pattern"},
+    "verdict.suites.test_transformer": {"BLOCK_PARAM": "a module's parameter names",
+                                        "contract_names": "a module's parameter names"},
+}
+
+
+def regular_expressions(tree: ast.AST) -> set[str]:
+    """The names (module-level assignments, functions, methods) under which a module calls `re`; an import of `re`
+    under another name counts as a use of its own (`<import>`), so none is missed."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST, where: str):
+        for child in ast.iter_child_nodes(node):
+            here = where
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                here = child.name if where == "<module>" else f"{where}.{child.name}"
+            elif isinstance(child, ast.Assign) and where == "<module>":
+                here = ",".join(t.id for t in child.targets if isinstance(t, ast.Name))
+            if isinstance(child, ast.Call) and isinstance(child.func, ast.Attribute) and child.func.attr != "escape" \
+                    and isinstance(child.func.value, ast.Name) and child.func.value.id == "re":
+                found.add(here)
+            if (isinstance(child, ast.ImportFrom) and child.module == "re") or (isinstance(child, ast.Import) and any(
+                    a.name == "re" and a.asname for a in child.names)):
+                found.add("<import>")
+            visit(child, here)
+
+    visit(tree, "<module>")
+    return found
+
+
+def test_regular_expressions_finds_every_use_of_re():
+    tree = ast.parse("import re\nimport re as r2\nA = re.compile('x')\n\n\ndef f(t):\n    return re.sub('a', '', t)\n"
+                     "\n\nclass C:\n    def m(self):\n        return re.escape('x')\n")
+    assert regular_expressions(tree) == {"A", "f", "<import>"}
+
+
+def test_no_regular_expression_reads_a_verdict_or_a_log():
+    """The record is read as data: no module of the package applies a regular expression to a verdict's words, a log,
+    or what another process reports. Each use of `re` is listed above with what it reads."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        if uses := regular_expressions(ast.parse(path.read_text())):
+            found[module] = uses
+    unlisted = {m: sorted(u - set(REGULAR_EXPRESSIONS.get(m, {}))) for m, u in found.items()}
+    assert not {m: u for m, u in unlisted.items() if u}, "a regular expression not listed with what it reads"
+    gone = {m: sorted(set(listed) - found.get(m, set())) for m, listed in REGULAR_EXPRESSIONS.items()}
+    assert not {m: g for m, g in gone.items() if g}, "listed, but no longer there"

@@ -13,7 +13,8 @@ def grading() -> Grading:
                 [Check("values", 2, False, "rope(x) is wrong", causes=["the pairs are the halves"],
                        cause_ids=["rope_halves"]),
                  Check("library", 1, False, "it raised RefusedError", refused=["torch.nn.functional.layer_norm"]),
-                 Check("shape", 1, True)], ["a note"])
+                 Check("shape", 1, True), Check("stub", 1, False, "not implemented yet", unanswered=True)],
+                ["a note"])
     return Grading({"rope_tests": v}, notes=["missing protection: none"], profile={"suite_s": 1.5})
 
 
@@ -47,17 +48,18 @@ def test_a_record_that_breaks_the_schema_is_refused_on_write_and_on_read(tmp_pat
     assert record.load(tmp_path / "r.json") is None        # read as a grading never stored
 
 
-@pytest.mark.parametrize("version,dropped", [(None, ("refused", "cause_ids", "kind", "uncounted")),
-                                             (2, ("kind", "uncounted"))], ids=["first", "second"])
+@pytest.mark.parametrize("version,dropped", [(None, ("refused", "cause_ids", "kind", "uncounted", "unanswered")),
+                                             (2, ("kind", "uncounted", "unanswered")), (3, ("unanswered",))],
+                         ids=["first", "second", "third"])
 def test_a_record_of_an_earlier_version_is_read_upgraded(tmp_path, version, dropped):
-    """Version 1 had no version, no refusals and no cause ids; version 2 no kind of check and none uncounted: each is
-    read as this version, the missing fields at their defaults."""
+    """Version 1 had no version, no refusals and no cause ids; version 2 no kind of check and none uncounted; version
+    3 no check that says its part was unwritten: each is read as this version, the missing fields at their defaults."""
     rec, expected = grading().to_dict(), grading().to_dict()
     if version is None:
         rec.pop("version")
     else:
         rec["version"] = version
-    defaults = {"refused": [], "cause_ids": [], "kind": record.FIXED, "uncounted": False}
+    defaults = {"refused": [], "cause_ids": [], "kind": record.FIXED, "uncounted": False, "unanswered": False}
     for c, e in zip(rec["verdicts"]["rope_tests"]["checks"], expected["verdicts"]["rope_tests"]["checks"]):
         for name in dropped:
             c.pop(name)

@@ -61,6 +61,7 @@ def test_unanswered_gets_zero_with_a_clear_message(asg):
     for gid, v in _grade(asg, answered=False).items():
         assert v.score == 0, gid
         assert any("not implemented yet" in d for d in v.failed), (gid, v.failed)
+        assert v.unanswered, f"{gid}: the record does not say the part is unwritten"
 
 
 def sampled() -> set[tuple[str, str]]:

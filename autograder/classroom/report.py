@@ -9,9 +9,10 @@ Read from the gradebook (GRADEBOOK_URL, else the grading folder's SQLite file) a
                    how late and the penalty (as nbgrader's policy gives the scores now: autograder.pipeline.late),
                    the status (`graded`, `waiting for manual grading`: the total is provisional, `grader error:
                    <reason>`, which a stored record that says the grader could not grade gives too, or `not graded`);
-- `diagnoses.csv`  the misconceptions, most learners first, then most points lost: a graded cell's mistake (its
-                   diagnoses, numbers aside), who made it, the points it cost, the book's section that teaches it
-                   (its known mistake's, `SECTIONS` in examples/variants, else the ones its part names);
+- `diagnoses.csv`  the misconceptions, most learners first, then most points lost: a graded cell's mistake (the
+                   known mistakes its record names, else the checks that failed), who made it, the points it cost,
+                   the book's section that teaches it (its known mistake's, `SECTIONS` in examples/variants, else
+                   the ones its part names);
 - `histogram.png`  the histogram of total scores;
 - `report.html`    one page, no script, that fits 1280 px (on a phone a wide table scrolls in its own box): the above,
                    the flagged cells (the grader's doubt, not a mistake), the grading notes; the book where
@@ -43,7 +44,7 @@ from autograder.pipeline.export import csv_cell
 from autograder.pipeline.feedback import LOCAL_BOOK
 from autograder.pipeline.late import refresh_all
 from autograder.verdict import record
-from autograder.verdict.record import FLAGGED, Grading
+from autograder.verdict.record import DRAWN, FLAGGED, Grading, Verdict
 
 
 def learner_record(grading_dir: Path, assignment: str, learner: str) -> dict:
@@ -60,17 +61,21 @@ def recorded_failures(grading_dir: Path, assignment: str, learners: Sequence[str
             for learner, fault in faults.items() if fault}
 
 
-NOT_ANSWERED = "not implemented yet"
-NUMBER = re.compile(r"-?\d+(\.\d+)?(e[-+]?\d+)?")
-
-
-def misconception(diagnoses: list[str]) -> tuple[str, ...]:
-    """What one learner got wrong in one graded cell, as a key that another learner with the same mistake shares:
-    its diagnoses with their numbers taken out (sizes and errors differ from one grading to the next); an
-    unanswered cell is unanswered, whatever else its tests said."""
-    if any(NOT_ANSWERED in d for d in diagnoses):
-        return (next(d for d in diagnoses if NOT_ANSWERED in d),)
-    return tuple(sorted({NUMBER.sub("#", d) for d in diagnoses}))
+def misconception(v: Verdict) -> tuple[str, ...]:
+    """What one learner got wrong in one graded cell, as a key that another learner with the same mistake shares, made
+    of the record's data, never of its words: a part left as the release's stub is unanswered, whatever else its
+    tests said; else the known mistakes the evidence names (by id); else the checks that failed (the ones every
+    grading makes, when any did: which drawn checks fail depends on the draws); else the notes."""
+    if v.unanswered:
+        return ("unanswered",)
+    failed = [c for c in v.checks if not c.passed]
+    if not failed:
+        return ("noted",)            # what lost the points is a note: a library version used, say
+    named = sorted({i for c in failed for cause, i in zip(c.causes, c.cause_ids) if i and cause in v.causes})
+    if named:
+        return ("mistakes", *named)
+    steady = [c for c in failed if c.kind != DRAWN] or failed
+    return ("failed", *sorted({c.label for c in steady}))
 
 
 def class_diagnoses(grading_dir: Path, rows: list[grade.CellScore],
@@ -92,8 +97,8 @@ def class_diagnoses(grading_dir: Path, rows: list[grade.CellScore],
         for cell, v in Grading.from_dict(rec).verdicts.items():
             row = by.get((learner, cell))
             if v.status == FLAGGED:
-                f = flagged.setdefault((cell, misconception(v.notes)), {"cell": cell, "why": v.notes, "who": [],
-                                                                         "waiting": []})
+                f = flagged.setdefault((cell, tuple(sorted(set(v.notes)))), {"cell": cell, "why": v.notes, "who": [],
+                                                                              "waiting": []})
                 f["who"].append(learner)
                 if row is not None and row.needs_manual_grade:
                     f["waiting"].append(learner)
@@ -101,14 +106,15 @@ def class_diagnoses(grading_dir: Path, rows: list[grade.CellScore],
                 else v.failed
             if not diagnoses:
                 continue
-            key = (cell, misconception(diagnoses))
-            unanswered = any(NOT_ANSWERED in d for d in diagnoses)
-            shown = (list(key[1]) if unanswered
+            key = (cell, misconception(v))
+            unanswered = v.unanswered
+            shown = ([next(c.diagnosis for c in v.checks if c.unanswered and not c.passed)] if unanswered
                      else sorted(dict.fromkeys(diagnoses), key=lambda d: ": " not in d))
             named = [] if unanswered or v.status == FLAGGED else [*v.notes, *v.causes]
             said = [d for d in shown if d in named] or shown[:1]
             ids = {cause: name for c in v.checks for cause, name in zip(c.causes, c.cause_ids) if name}
             g = groups.setdefault(key, {"cell": cell, "diagnoses": shown, "who": [], "lost": [], "said": said,
+                                        "unanswered": unanswered,
                                         "observed": [d for d in shown if d not in said],
                                         "mistakes": [ids[c] for c in v.causes if c in ids and not unanswered]})
             g["who"].append(learner)
@@ -117,11 +123,12 @@ def class_diagnoses(grading_dir: Path, rows: list[grade.CellScore],
             noted[note].append(learner)
     cells = grade.ordered_cells(rows, order)
     out = [{"cell": g["cell"], "diagnosis": " | ".join(g["diagnoses"]), "diagnoses": g["diagnoses"],
+            "unanswered": g["unanswered"],
             "said": g["said"], "observed": g["observed"], "mistakes": g["mistakes"],
             "learners": len(g["who"]), "who": sorted(g["who"]), "total": round(sum(g["lost"]), 2),
             "lost": round(sum(g["lost"]) / len(g["lost"]), 2)}
            for g in groups.values() if g["cell"] in cells]
-    out.sort(key=lambda x: (NOT_ANSWERED in x["diagnosis"], -x["learners"], -x["total"], cells.index(x["cell"]),
+    out.sort(key=lambda x: (x["unanswered"], -x["learners"], -x["total"], cells.index(x["cell"]),
                             x["diagnosis"]))
     flags = [{"cell": f["cell"], "why": f["why"], "learners": len(f["who"]), "who": sorted(f["who"]),
               "waiting": sorted(f["waiting"])} for f in flagged.values()]

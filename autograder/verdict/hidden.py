@@ -17,6 +17,7 @@ import resource
 import sys
 import time
 import traceback
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograder import config
@@ -31,34 +32,45 @@ def suite_path(assignment: str, settings: config.Settings | None = None) -> Path
 
 
 # -- inside the suite process -----------------------------------------------------------------
-def diagnose(excinfo) -> tuple[str, bool, list[str], list[str]]:
-    """(what the learner reads, whether it is a grader fault, the causes the evidence names, those it rules out)."""
+@dataclass
+class Finding:
+    """What one failed test found: what the learner reads, whether it is a grader fault, the causes the evidence
+    names and those it rules out, and whether the part is not written yet (the release's stub raised)."""
+
+    diagnosis: str
+    fault: bool = False
+    causes: list[str] = field(default_factory=list)
+    ruled_out: list[str] = field(default_factory=list)
+    unanswered: bool = False
+
+
+def diagnose(excinfo) -> Finding:
     from autograder.verdict.learner import LearnerError, WorkerDied
-    from autograder.verdict.suites.checks import Diagnosis
+    from autograder.verdict.suites.checks import NOT_IMPLEMENTED, Diagnosis
 
     e = excinfo.value
     while isinstance(e, BaseExceptionGroup) and e.exceptions:
         e = e.exceptions[0]
     if isinstance(e, Diagnosis):
-        return str(e), False, e.causes, e.ruled_out
+        return Finding(str(e), False, e.causes, e.ruled_out, e.unanswered)
     if isinstance(e, GraderFault):
-        return str(e), True, [], []
+        return Finding(str(e), fault=True)
     if isinstance(e, LearnerError):
         if e.isa("NotImplementedError"):
-            return "not implemented yet (it raises NotImplementedError)", False, [], []
+            return Finding(NOT_IMPLEMENTED, unanswered=True)
         where = f" at {e.traceback.strip().splitlines()[0].strip()}" if e.traceback.strip() else ""
         hint = ""
         if "same device" in e.message:      # a GPU grading: the timed calls' inputs are on the GPU
             hint = ("; the timed calls run on a GPU: make every new tensor on the device of the inputs "
                     "(device=q.device, torch.zeros_like, q.new_zeros), and keep constant tensors in buffers "
                     "(register_buffer) so that .to(device) moves them")
-        return f"your code raised {e}{where}{hint}", False, [], []
+        return Finding(f"your code raised {e}{where}{hint}")
     if isinstance(e, WorkerDied):
-        return str(e), False, [], []
+        return Finding(str(e))
     sys.stderr.write("grader: unexpected error in a hidden test:\n" + "".join(
         traceback.format_exception(type(e), e, e.__traceback__)))
-    return (f"the grader could not check your answer (it led to {type(e).__name__}); check what your code returns",
-            False, [], [])
+    return Finding(f"the grader could not check your answer (it led to {type(e).__name__}); check what your code "
+                   "returns")
 
 
 def _cause_ids(assignment: str, causes: list[str]) -> list[str]:
@@ -109,23 +121,23 @@ class Recorder:
         refused = list(dict.fromkeys(context.current().refused))
         context.current().refused.clear()
         weight = item.get_closest_marker("weight")
-        diagnosis, fault, causes, ruled_out = diagnose(call.excinfo) if call.excinfo is not None else (None, False,
-                                                                                                        [], [])
-        if fault:        # the whole grading is the grader's fault now: no later test can change that
+        found = diagnose(call.excinfo) if call.excinfo is not None else None
+        if found is not None and found.fault:  # the whole grading is the grader's fault: no later test can change that
             item.session.shouldfail = "a grader fault"
         self.records.append({
             "cell": marker.args[0] if marker else None,
             "weight": float(weight.args[0]) if weight else 1.0,
             "label": self._label(item),
             "passed": call.excinfo is None,
-            "diagnosis": diagnosis,
-            "fault": fault,
+            "diagnosis": found and found.diagnosis,
+            "fault": bool(found and found.fault),
+            "unanswered": bool(found and found.unanswered),
             "together": item.get_closest_marker("together") is not None,
             "kind": next((k for k in (DRAWN, MEASURED, FAMILY) if item.get_closest_marker(k)), FIXED),
-            "causes": causes,
-            "ruled_out": ruled_out,
+            "causes": found.causes if found else [],
+            "ruled_out": found.ruled_out if found else [],
             "refused": refused if call.excinfo is not None else [],
-            "cause_ids": _cause_ids(self.assignment, causes),
+            "cause_ids": _cause_ids(self.assignment, found.causes if found else []),
             "test": item.nodeid,
         })
 
@@ -243,7 +255,8 @@ def score(records: list[dict], graded: dict[str, float], findings: static.Report
             v.checks.append(Check(rec["label"], rec["weight"], rec["passed"], rec.get("diagnosis"),
                                   bool(rec.get("together")), list(rec.get("causes") or []),
                                   list(rec.get("ruled_out") or []), list(rec.get("refused") or []),
-                                  list(rec.get("cause_ids") or []), rec.get("kind", FIXED)))
+                                  list(rec.get("cause_ids") or []), rec.get("kind", FIXED),
+                                  unanswered=bool(rec.get("unanswered"))))
     findings = findings or static.Report()
     for gid, v in verdicts.items():
         _uncount_drawn(v)

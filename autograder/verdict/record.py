@@ -28,7 +28,8 @@ def path(grading_dir: str | Path, learner: str, assignment: str, notebook: str) 
     return Path(grading_dir) / FOLDER / learner / assignment / f"{notebook}.json"
 
 
-VERSION = 3       # of the record's schema (1: no version, `refused`, `cause_ids`; 2: no `kind`, no `uncounted`)
+VERSION = 4       # of the record's schema (1: no version, `refused`, `cause_ids`; 2: no `kind`, no `uncounted`;
+#                   3: no `unanswered`)
 # A check's kind: values on calls every grading makes, on calls drawn for it, a measure, a family's own promise
 FIXED, DRAWN, MEASURED, FAMILY = "fixed", "drawn", "measured", "family"
 _STRINGS = {"type": "array", "items": {"type": "string"}}
@@ -36,7 +37,8 @@ _CHECK = {"type": "object", "required": ["label", "weight", "passed"], "addition
     "label": {"type": "string"}, "weight": {"type": "number", "minimum": 0}, "passed": {"type": "boolean"},
     "diagnosis": {"type": ["string", "null"]}, "together": {"type": "boolean"}, "causes": _STRINGS,
     "cause_ids": _STRINGS, "ruled_out": _STRINGS, "refused": _STRINGS,
-    "kind": {"enum": [FIXED, DRAWN, MEASURED, FAMILY]}, "uncounted": {"type": "boolean"}}}
+    "kind": {"enum": [FIXED, DRAWN, MEASURED, FAMILY]}, "uncounted": {"type": "boolean"},
+    "unanswered": {"type": "boolean"}}}
 _VERDICT = {"type": "object", "required": ["grade_id", "points", "score", "status", "checks", "notes"],
             "additionalProperties": False, "properties": {
                 "grade_id": {"type": "string"}, "points": {"type": "number", "minimum": 0},
@@ -77,11 +79,12 @@ def validate(rec) -> dict:
 
 def upgraded(rec: dict) -> dict:
     """A record of an earlier version in this version's form (version 1: no version, no refusals, no cause ids;
-    version 2: no kind of check, none uncounted)."""
-    if isinstance(rec, dict) and rec.get("version", 2) == 2 and isinstance(rec.get("verdicts", {}), dict):
+    version 2: no kind of check, none uncounted; version 3: no check says its part was left unwritten, which an
+    earlier grading told only in its diagnosis's words: those records keep `unanswered` false)."""
+    if isinstance(rec, dict) and rec.get("version", 2) in (2, 3) and isinstance(rec.get("verdicts", {}), dict):
         rec = {**rec, "version": VERSION, "verdicts": {
-            g: {**v, "checks": [{"refused": [], "cause_ids": [], "kind": FIXED, "uncounted": False, **c}
-                                for c in v.get("checks", [])]}
+            g: {**v, "checks": [{"refused": [], "cause_ids": [], "kind": FIXED, "uncounted": False,
+                                 "unanswered": False, **c} for c in v.get("checks", [])]}
             for g, v in rec.get("verdicts", {}).items()}}
     return rec
 
@@ -120,6 +123,7 @@ class Check:
     cause_ids: list[str] = field(default_factory=list)  # the names of the known mistakes `causes` says, in order
     kind: str = FIXED             # FIXED, DRAWN, MEASURED or FAMILY (above)
     uncounted: bool = False       # passed, yet not counted: a drawn check where a fixed one failed (hidden.score)
+    unanswered: bool = False      # failed because the part is the release's stub (it raises NotImplementedError)
 
 
 UNCOUNTED = ("on inputs drawn for this grading: not counted, because the checks every grading makes found this part "
@@ -138,6 +142,11 @@ class Verdict:
     @property
     def passed(self) -> list[str]:
         return [c.label for c in self.checks if c.passed]
+
+    @property
+    def unanswered(self) -> bool:
+        """The part is not written yet: a check failed on the release's stub."""
+        return any(c.unanswered and not c.passed for c in self.checks)
 
     @property
     def causes(self) -> list[str]:

@@ -34,13 +34,17 @@ def on_device(cpu, gpu):
     return gpu if on_gpu() else cpu
 
 
+NOT_IMPLEMENTED = "not implemented yet (it raises NotImplementedError)"   # a part left as the release's stub
+
+
 class Diagnosis(AssertionError):
     """A failed check; its message, what the check observed, is shown to the learner as it is. `causes`: the known
-    mistakes whose answers the learner's answer is (autograder.verdict.known), `ruled_out`: those it is not."""
+    mistakes whose answers the learner's answer is (autograder.verdict.known), `ruled_out`: those it is not;
+    `unanswered`: the part is the release's stub, not yet written."""
 
-    def __init__(self, message: str, causes=(), ruled_out=()):
+    def __init__(self, message: str, causes=(), ruled_out=(), unanswered: bool = False):
         super().__init__(message)
-        self.causes, self.ruled_out = list(causes), list(ruled_out)
+        self.causes, self.ruled_out, self.unanswered = list(causes), list(ruled_out), unanswered
 
 
 def check(condition, diagnosis: str):

@@ -21,7 +21,7 @@ from autograder.verdict.learner import Learner, LearnerError, WorkerDied
 
 from . import families
 from . import triton_kernels as tk
-from .checks import Diagnosis, allowed_error, check, close, max_error, seeded
+from .checks import NOT_IMPLEMENTED, Diagnosis, allowed_error, check, close, max_error, seeded
 from .contract import Call, Draw, Expected, Part, Promises, drawn_calls, expected_of, run_learner, scores_slack
 from .library import ATTENTION_OPS
 from .oracles import plain_attention
@@ -94,7 +94,8 @@ def runnable(kernel: str):
     k = r.kernels.get(kernel)
     check(k is not None, f"no @triton.jit function {kernel} in your notebook")
     assert k is not None
-    check(not k.unanswered, "not implemented yet (it raises NotImplementedError)")
+    if k.unanswered:
+        raise Diagnosis(NOT_IMPLEMENTED, unanswered=True)
     check(not k.problems, f"your {kernel} is not the Triton the grader runs, so it was not run: "
                           f"{'; '.join(k.problems[:4])}")
     blocks = block_problems(r)
