@@ -154,7 +154,7 @@ def probe() -> dict:
             result["run"] = {"shape": out[0]["shape"], "projection": list(out[0]["projection"].shape)}
             result["pids"] = w.sandbox.pids()
             result["gpu_memory_at_start_mib"] = None if w.gpu_at_start is None else round(w.gpu_at_start / MIB)
-            now = measure.gpu_memory(w.sandbox.pids())
+            now = measure.gpu_memory(w.sandbox.pids(), w.grading)
             result["gpu_memory_now_mib"] = None if now is None else round(now / MIB)
             result["gpu_paths"] = ":".join(w.limits.gpu_paths)
             result["protections"] = w.sandbox.protections

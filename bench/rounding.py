@@ -4,10 +4,10 @@ allowed error once the truth's runs under random rounding (checks.rounded_runs) 
 
     python bench/rounding.py [--gradings 100] [--calls 80] [--ill 3000] [--out bench/results]
 
-For each graded part whose contract has a rounded computation, each grading draws a new seed (so new weights) and
-the part's first `--calls` calls; every known correct answer (examples/variants) and the reference answer each call.
-`--ill` gradings more of the two calls found ill-conditioned (a TransformerBlock over two features, Pre-LN: call 30
-and its variation, 31) show the tail: there a LayerNorm sees rows whose entries nearly agree. The table gives, per
+For each graded part whose contract has a rounded computation, each grading draws the part's first `--calls` calls
+from a seed of its own (new sizes and weights); every known correct answer (examples/variants) and the reference
+answer each call. `--ill` gradings more of the TransformerBlock calls over two features among the first 32 show the
+tail: there a LayerNorm sees rows whose entries nearly agree. The table gives, per
 part and answer, the calls, the failures with the fixed baselines alone and with the rounded runs, and the largest
 ratio of an answer's error to the error allowed it (1 fails). Written to rounding.md under --out.
 """
@@ -20,7 +20,6 @@ import torch
 
 from autograder.authoring import variants
 from autograder.notebooks import reference_namespace
-from autograder.verdict import context
 from autograder.verdict.suites import contract, test_residual, test_transformer
 from autograder.verdict.suites.checks import ROUNDED_RUNS, allowed_error, max_error
 
@@ -34,14 +33,16 @@ def answers(asg: str, name: str) -> list[tuple[str, dict]]:
         if isinstance(v, variants.Correct) and name in v.cells]
 
 
-def measure(asg: str, name: str, gradings: int, calls: list[int], rows: dict):
+def measure(asg: str, name: str, gradings: int, calls: list[int], rows: dict, features: int | None = None):
+    """Each of `gradings` draws of the part's calls `calls` (those over `features` features alone, when given)."""
     part, reference = SUITES[asg].CONTRACT[name], reference_namespace(asg)
     who = answers(asg, name)
     for g in range(gradings):
-        context.begin(context.Context(seed=SEED + g))
-        drawn = contract.drawn_calls(part, 7, max(calls) + 1, edges=False)
+        drawn = contract.drawn_calls(part, SEED + g, max(calls) + 1, edges=False)
         for i in calls:
             call = drawn[i]
+            if features is not None and call.ctor[0] != features:
+                continue
             expected = contract.expected_of(part, call, reference)
             if "raised" in expected.outcome:
                 continue
@@ -83,7 +84,7 @@ def main(argv=None):
             if part.rounded is not None:
                 measure(asg, name, a.gradings, list(range(a.calls)), sweep)
     ill: dict = {}
-    measure("residual", "TransformerBlock", a.ill, [30, 31], ill)
+    measure("residual", "TransformerBlock", a.ill, list(range(32)), ill, features=2)
     lines = ["# The error a drawn call allows a correct answer", "",
              f"Made by `python bench/rounding.py --gradings {a.gradings} --calls {a.calls} --ill {a.ill}` "
              f"({time.time() - started:.0f} s, one thread, torch {torch.__version__}, "
@@ -94,7 +95,7 @@ def main(argv=None):
              "baseline: its ratio is never over 0.5, nor is that of an answer that computes as it does.", "",
              f"## Every part with rounded runs: {a.gradings} gradings, the first {a.calls} calls of each", "",
              *table(sweep), "",
-             f"## The ill-conditioned calls: {a.ill} gradings of TransformerBlock calls 30 and 31", "",
+             f"## The ill-conditioned calls: {a.ill} gradings of the TransformerBlock calls over two features", "",
              "A TransformerBlock over two features (two heads of one), Pre-LN, a mask: the second LayerNorm sees "
              "rows whose two entries nearly agree.", "", *table(ill), ""]
     a.out.mkdir(parents=True, exist_ok=True)

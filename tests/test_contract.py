@@ -71,11 +71,11 @@ def test_known_mistakes_break_the_contract(asg, bug):
                                                              "in place", "return", "differs"))
 
 
-# Gradings (their seeds) and calls on which two fixed float32 computations of a TransformerBlock over two features
-# both erred less than half as much as a correct answer (torch.var with rsqrt): found in 3,000 gradings of calls 30
-# and 31 (as bench/rounding.py draws them, from other seeds); on the development machine each one failed that answer
+# Draws (their seeds) and calls on which two fixed float32 computations of a TransformerBlock over two features
+# both erred less than half as much as a correct answer (torch.var with rsqrt): found among the first 32 calls of
+# 4,000 draws (8 such calls, in the 8,000 over two features); on the development machine each one failed that answer
 # before random rounding.
-ILL_CONDITIONED = [(92744, 31), (92117, 31), (92640, 31), (91377, 30), (92880, 30), (92606, 31)]
+ILL_CONDITIONED = [(382, 17), (1129, 24), (1216, 9), (1760, 19), (2101, 15), (2474, 29)]
 
 
 @pytest.mark.parametrize("seed,index", ILL_CONDITIONED)
@@ -83,16 +83,9 @@ def test_an_ill_conditioned_call_allows_what_its_rounding_makes(seed, index):
     """On a call whose second LayerNorm sees rows that nearly agree, the error allowed grows with what rounding makes
     of them (checks.rounded_runs), and every correct answer meets it; the known mistakes still break the contract
     there (test_known_mistakes_break_the_contract)."""
-    from autograder.verdict import context
-
-    before = context.current()
-    try:
-        context.begin(context.Context(seed=seed))
-        part = suite("residual").CONTRACT["TransformerBlock"]
-        call = contract.drawn_calls(part, 7, index + 1, edges=False)[index]
-        expected = contract.expected_of(part, call, reference_namespace("residual"))
-    finally:
-        context.begin(before)
+    part = suite("residual").CONTRACT["TransformerBlock"]
+    call = contract.drawn_calls(part, seed, index + 1, edges=False)[index]
+    expected = contract.expected_of(part, call, reference_namespace("residual"))
     truth, fixed = expected.truth, [expected.outcome["first"], expected.plain]
     with_rounding = allowed_error(truth, torch.float32, fixed + expected.rounded)
     assert len(expected.rounded) == ROUNDED_RUNS and with_rounding > 2 * allowed_error(truth, torch.float32, fixed)
@@ -164,8 +157,8 @@ def test_two_answers_that_left_an_argument_alike_are_the_same_answer():
 class _Here:
     """The course's parts run in this process, called as the judge calls a learner's (made, loaded, called)."""
 
-    def __init__(self, ns):
-        self.ns = ns
+    def __init__(self, ns, grading):
+        self.ns, self.grading = ns, grading
 
     def fn(self, name):
         return self.ns[name]
@@ -201,8 +194,8 @@ def test_the_judge_finds_the_course_s_pasted_parts_right_at_every_drawn_size(nam
     from autograder.verdict.suites import judge
 
     ns = reference_namespace("transformer")
-    here, course = _Here(ns), types.SimpleNamespace(**ns)
+    course = types.SimpleNamespace(**ns)
     for seed in JUDGED_GRADINGS:
-        context.begin(context.Context(seed=seed))
+        here = _Here(ns, context.Context(seed=seed))
         judge._JUDGED.clear()
-        assert all(judge.verdicts(here, name, course=course)), (seed, judge.drawn(1000))
+        assert all(judge.verdicts(here, name, course=course)), (seed, judge.drawn(here.grading, 1000))

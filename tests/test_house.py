@@ -277,7 +277,7 @@ def test_each_hidden_test_of_drawn_calls_or_of_a_measure_says_so():
             marks = {m.name for m in getattr(f, "pytestmark", [])}
             drawn = (f.__doc__ or "").startswith("on inputs drawn for this grading")
             measure = re.search(r"_(speed|memory|bytes|compiles)(_on_a_gpu)?$", test) is not None
-            family = not drawn and ("_family_" in test or "family(learner" in inspect.getsource(f))
+            family = not drawn and ("_family_" in test or "family(grading, learner" in inspect.getsource(f))
             assert (("drawn" in marks) == drawn and ("measured" in marks) == measure
                     and ("family" in marks) == family), f"{name}: {test} {marks}"
 
@@ -370,3 +370,23 @@ def test_no_regular_expression_reads_a_verdict_or_a_log():
     assert not {m: u for m, u in unlisted.items() if u}, "a regular expression not listed with what it reads"
     gone = {m: sorted(set(listed) - found.get(m, set())) for m, listed in REGULAR_EXPRESSIONS.items()}
     assert not {m: g for m, g in gone.items() if g}, "listed, but no longer there"
+
+
+def test_every_worker_a_grading_makes_is_handed_that_grading():
+    """The grading (its deadline, its notes, what the learner's code reached) is handed down, never looked up: every
+    worker the suites, the suite process and the warm server make is given the grading it serves (a worker made
+    without one has a grading of its own, with no deadline)."""
+    from autograder.verdict import context
+
+    assert not hasattr(context, "current") and not hasattr(context, "begin")      # no grading to look up
+    made = []
+    for path in [*sorted((PACKAGE / "verdict" / "suites").glob("*.py")), PACKAGE / "verdict" / "suite_server.py"]:
+        tree = ast.parse(path.read_text())
+        if not any(isinstance(n, ast.ImportFrom) and n.module == "autograder.verdict.learner"
+                   and any(a.name == "Learner" for a in n.names) for n in ast.walk(tree)) and path.stem != "suite_server":
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and (getattr(node.func, "id", None) == "Learner"
+                                               or getattr(node.func, "attr", None) == "Learner"):
+                made.append((path.name, node.lineno, any(k.arg == "grading" for k in node.keywords)))
+    assert len(made) >= 6 and all(given for *_, given in made), [m for m in made if not m[2]]

@@ -181,15 +181,12 @@ def test_the_large_score_tolerance_over_many_gradings():
     from autograder.verdict import context
     from autograder.verdict.suites import checks
     from autograder.verdict.suites import test_attention as suite
-    ns, grading = reference_namespace("attention"), context.current()
-    saved = grading.seed
-    try:
-        for grading.seed in range(300):
-            q, k, v = suite.large_scores(7, 9, seed=19)
-            suite.close_at_large_scores(ns["scaled_dot_product_attention"](q, k, v)[0], q, k, v, "sdpa")
-            q, k, v = suite.large_scores(20, 45, seed=59)
-            suite.close_at_large_scores(ns["blockwise_attention"](q, k, v, block_size=8), q, k, v, "blockwise")
-            with pytest.raises(checks.Diagnosis, match="is wrong"):
-                suite.close_at_large_scores(suite.online_without_rescale(q, k, v, 8), q, k, v, "no rescale")
-    finally:
-        grading.seed = saved
+    ns = reference_namespace("attention")
+    for seed in range(300):
+        grading = context.Context(seed=seed)
+        q, k, v = suite.large_scores(grading, 7, 9, seed=19)
+        suite.close_at_large_scores(ns["scaled_dot_product_attention"](q, k, v)[0], q, k, v, "sdpa")
+        q, k, v = suite.large_scores(grading, 20, 45, seed=59)
+        suite.close_at_large_scores(ns["blockwise_attention"](q, k, v, block_size=8), q, k, v, "blockwise")
+        with pytest.raises(checks.Diagnosis, match="is wrong"):
+            suite.close_at_large_scores(suite.online_without_rescale(q, k, v, 8), q, k, v, "no rescale")

@@ -67,7 +67,7 @@ Oracle: the plain computation in float64."""
 import pytest
 import torch
 
-from .checks import close, leaves_inputs, randn, seeded, tensor
+from .checks import close, leaves_inputs, tensor
 from .contract import Call, Draw, Part, check_drawn
 
 A = "{name}"
@@ -85,30 +85,30 @@ CONTRACT = {{"{part}": Part(draw_{part}, lambda c: c.args[0].double() * c.args[1
 
 
 @SCALE
-def test_{part}_shape(learner):
+def test_{part}_shape(grading, learner):
     """returns a tensor of the shape and dtype of x"""
-    x = randn(3, 5, seed=1)
+    x = grading.randn(3, 5, seed=1)
     tensor(learner.fn("{part}")(x, 1.5), "{part}(x, 1.5)", shape=(3, 5), dtype=torch.float32)
 
 
 @SCALE
-def test_{part}_values(learner):
+def test_{part}_values(grading, learner):
     """every entry times the factor"""
-    x = randn(4, 7, seed=2)
+    x = grading.randn(4, 7, seed=2)
     close(learner.fn("{part}")(x, -0.75), x.double() * -0.75, "{part}(x, -0.75)", dtype=torch.float32)
 
 
 @SCALE
-def test_{part}_leaves_inputs(learner):
+def test_{part}_leaves_inputs(grading, learner):
     """does not modify x"""
-    x = randn(2, 3, seed=3)
+    x = grading.randn(2, 3, seed=3)
     leaves_inputs(learner.twice("{part}", x, 2.0), [x, 2.0], "{part}", names=["x"])
 
 
 @SCALE
-def test_{part}_on_drawn_inputs(learner, reference):
+def test_{part}_on_drawn_inputs(grading, learner, reference):
     """on inputs drawn for this grading: any shapes, float32 and float64, any factor"""
-    check_drawn(learner, vars(reference(A)), "{part}", CONTRACT["{part}"], seeded(9000).initial_seed(), 8)
+    check_drawn(learner, vars(reference(A)), "{part}", CONTRACT["{part}"], grading.seeded(9000).initial_seed(), 8)
 '''
 
 VARIANTS = '''"""Known answers to the {name} exercise (see autograder/authoring/variants.py)."""

@@ -9,10 +9,9 @@ Read from the gradebook (GRADEBOOK_URL, else the grading folder's SQLite file) a
                    how late and the penalty (as nbgrader's policy gives the scores now: autograder.pipeline.late),
                    the status (`graded`, `waiting for manual grading`: the total is provisional, `grader error:
                    <reason>`, which a stored record that says the grader could not grade gives too, or `not graded`);
-- `diagnoses.csv`  the misconceptions, most learners first, then most points lost: a graded cell's mistake (the
-                   known mistakes its record names, else the checks that failed), who made it, the points it cost,
-                   the book's section that teaches it (its known mistake's, `SECTIONS` in examples/variants, else
-                   the ones its part names);
+- `diagnoses.csv`  the misconceptions, most learners first: a graded cell's mistake (the known mistakes its record
+                   names, else the checks that failed), who made it, the points it cost, the book's section that
+                   teaches it (its known mistake's, `SECTIONS` in examples/variants, else its part's);
 - `histogram.png`  the histogram of total scores;
 - `report.html`    one page, no script, that fits 1280 px (on a phone a wide table scrolls in its own box): the above,
                    the flagged cells (the grader's doubt, not a mistake), the grading notes; the book where

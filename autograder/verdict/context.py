@@ -1,11 +1,13 @@
 """One learner's grading in a trusted suite process: the seed its inputs are drawn from, its deadline, the learner's
 cells, what could not be measured from outside (notes), its workers' starts, the workers made for it ahead (the warm
 suite server's shared workers of course code, the learner's own worker prestarted), and whether this process reads
-the GPU driver. A suite process begins one per learner (`begin`) before anything of that learner's grading runs; the
-proxy (autograder.verdict.learner), the suites' fixtures and checks read it through `current()`.
+the GPU driver. It is handed down, never looked up: the suite process makes one per learner and gives it to the
+hidden suite's run (autograder.verdict.hidden.answer), whose `grading` fixture gives it to the suites' fixtures and
+tests, which give it to each worker they make (autograder.verdict.learner.Learner) and each input they draw.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import secrets
@@ -42,21 +44,21 @@ class Context:
     # learner's process, which measures, does.
     driver_readings: bool = True
 
+    def note(self, text: str):
+        """Say, with this grading's verdict, what it could not measure from outside or which protection it lacked."""
+        self.notes.add(text)
 
-_CURRENT = [Context()]
+    def seeded(self, n: int):
+        """A torch generator for a test's input number `n` in this grading: the same `n` draws other inputs in
+        another grading, and the same in a replay of this one (GRADER_SEED)."""
+        import torch
 
+        digest = hashlib.blake2b(f"{self.seed}:{n}".encode(), digest_size=8).digest()
+        return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
 
-def current() -> Context:
-    """The grading of this process now (outside one: a context of its own, with no deadline)."""
-    return _CURRENT[0]
+    def randn(self, *shape, seed: int, dtype=None, scale: float = 1.0):
+        """Normal values of `shape` (float32 unless `dtype` says), drawn in float64 from input number `seed`."""
+        import torch
 
-
-def begin(grading: Context | None = None) -> Context:
-    """Make `grading` (by default a new one, with a seed of its own) the current one, and return it."""
-    _CURRENT[0] = grading if grading is not None else Context()
-    return _CURRENT[0]
-
-
-def note(text: str):
-    """Say, with the current grading's verdict, what it could not measure from outside or which protection it lacked."""
-    current().notes.add(text)
+        return (torch.randn(*shape, generator=self.seeded(seed), dtype=torch.float64) * scale).to(
+            dtype or torch.float32)

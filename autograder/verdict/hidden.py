@@ -83,7 +83,8 @@ def _cause_ids(assignment: str, causes: list[str]) -> list[str]:
 
 
 class Recorder:
-    def __init__(self, only=(), assignment: str = ""):
+    def __init__(self, grading: context.Context, only=(), assignment: str = ""):
+        self.grading = grading                   # the learner's grading, which the suite's tests are given
         self.assignment = assignment
         self.only = set(only)                    # the graded cells whose tests run (all when empty)
         self.records: list[dict] = []
@@ -118,8 +119,8 @@ class Recorder:
         if item.get_closest_marker("feedback") or call.when not in ("setup", "call") or (
                 call.when == "setup" and call.excinfo is None):
             return
-        refused = list(dict.fromkeys(context.current().refused))
-        context.current().refused.clear()
+        refused = list(dict.fromkeys(self.grading.refused))
+        self.grading.refused.clear()
         weight = item.get_closest_marker("weight")
         found = diagnose(call.excinfo) if call.excinfo is not None else None
         if found is not None and found.fault:  # the whole grading is the grader's fault: no later test can change that
@@ -142,23 +143,33 @@ class Recorder:
         })
 
 
-def answer(req: dict) -> dict:
-    """The hidden suite's result for one request ({"assignment", "cells", "deadline", "launched", "only",
-    "first_failure"}), run in this process: the cells and the deadline are the current grading's
-    (autograder.verdict.context)."""
+def given(grading: context.Context):
+    """A pytest plugin whose session fixture `grading` is this grading: how the suites are handed it."""
     import pytest
 
-    grading = context.current()
+    class Given:
+        @pytest.fixture(scope="session", name="grading")
+        def the_grading(self) -> context.Context:
+            return grading
+
+    return Given()
+
+
+def answer(req: dict, grading: context.Context) -> dict:
+    """The hidden suite's result for one request ({"assignment", "cells", "deadline", "launched", "only",
+    "first_failure"}), run in this process for `grading`, which takes the request's cells and deadline."""
+    import pytest
+
     grading.cells, grading.deadline = list(req["cells"]), float(req["deadline"])
     assignment, seed = req["assignment"], grading.seed
     sys.stderr.write(f"grader: inputs drawn from grading seed {seed} (GRADER_SEED={seed} replays them)\n")
     main_started = time.time()
-    recorder = Recorder(req.get("only") or (), assignment)
+    recorder = Recorder(grading, req.get("only") or (), assignment)
     path = suite_path(assignment)
     first = ["-x"] if req.get("first_failure") else []   # whether, not how much, is asked
     code = pytest.main([str(path), "-q", "-p", "no:cacheprovider", "--assert=plain",
                         "-o", "console_output_style=classic", "--no-header", "-rN", *first,
-                        "--rootdir", str(path.parent), "-c", os.devnull], plugins=[recorder])
+                        "--rootdir", str(path.parent), "-c", os.devnull], plugins=[recorder, given(grading)])
     launched = float(req.get("launched") or main_started)
     profile = {"process_start_s": main_started - launched,
                "collect_s": (recorder.first_test or time.time()) - main_started,
@@ -331,4 +342,4 @@ def grade(nb, assignment: str, settings: config.Settings | None = None, deadline
 
 
 if __name__ == "__main__":
-    channel.serve(answer)
+    channel.serve(lambda req: answer(req, context.Context()))     # each request a grading of its own

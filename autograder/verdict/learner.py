@@ -87,9 +87,9 @@ class Learner:
                  refuse: tuple[str, ...] | None = None, library: str | None = None, guarded: bool = True,
                  grading: context.Context | None = None):
         self.settings = settings or config.current()
-        # The grading this worker serves (its deadline, its seed, what it notes and counts): given, or this process's
-        # (a suite process grades one learner: autograder.verdict.context).
-        self.grading = grading or context.current()
+        # The grading this worker serves (its deadline, what it notes and counts): given by whoever makes it (the
+        # suites' fixtures hand theirs down), else one of its own with no deadline (a worker outside any grading).
+        self.grading = grading if grading is not None else context.Context()
         self.role = role
         self.preload = tuple(preload)             # modules the worker imports before it waits (worker.py)
         self.refuse = refuse                      # the library operators its worker refuses (None: worker.py's own)
@@ -172,7 +172,7 @@ class Learner:
             raise GraderFault("the grader's worker did not start as expected")
         self.spawned = True
         self.held_at_start = measure.held(self)       # torch imported, no learner code run yet
-        self.gpu_at_start = measure.gpu_memory(self.sandbox.pids()) if self.limits.gpu else None
+        self.gpu_at_start = measure.gpu_memory(self.sandbox.pids(), self.grading) if self.limits.gpu else None
 
     def _imported(self):
         """The worker imported the modules the learner's cells import (`learner_imports`), no learner code run yet:

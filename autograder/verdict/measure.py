@@ -220,26 +220,26 @@ def held_poller(proxy: Worker) -> HeldPoller:
 
 
 # -- GPU memory ------------------------------------------------------------------------------------------------------
-def driver() -> gpu.Driver | None:
+def driver(grading: context.Context) -> gpu.Driver | None:
     """The GPU driver's reading in this process, where the grading reads it (autograder.verdict.context)."""
-    return gpu.driver(config.current().device) if context.current().driver_readings else None
+    return gpu.driver(config.current().device) if grading.driver_readings else None
 
 
-def gpu_memory(pids) -> int | None:
+def gpu_memory(pids, grading: context.Context) -> int | None:
     """Bytes of GPU memory these processes hold now, by the driver's count (None without a reading)."""
-    return gpu.memory_of(pids, config.current().device) if context.current().driver_readings else None
+    return gpu.memory_of(pids, config.current().device) if grading.driver_readings else None
 
 
 class DriverPoller:
     """Polls the GPU driver for the memory that the sandbox's processes hold, from outside them, as fast as the driver
     answers (tens of thousands of times a second): an allocation has to outlive a poll to be seen."""
 
-    def __init__(self, pids: Callable[[], list[int]], refresh: float = 0.005):
-        self.pids, self.refresh = pids, refresh
+    def __init__(self, pids: Callable[[], list[int]], grading: context.Context, refresh: float = 0.005):
+        self.pids, self.refresh, self.grading = pids, refresh, grading
         self.base = self.peak = self.polls = 0
         self.failed = ""
         self.stop = threading.Event()
-        self.driver = driver()
+        self.driver = driver(grading)
 
     def used(self, mine: set) -> int:
         assert self.driver is not None                                     # polled only with a driver
@@ -283,8 +283,8 @@ class DriverPoller:
         """Whether the driver was read through the whole call; the grading's notes say so where it was not."""
         if self.driver is None or self.failed:
             why = f": {self.failed[:200]}" if self.failed else ""
-            context.note("GPU memory read from the caching allocator only (the driver's per-process reading, NVML, "
-                         f"was not available{why}): learner code can reset it")
+            self.grading.note("GPU memory read from the caching allocator only (the driver's per-process reading, "
+                              f"NVML, was not available{why}): learner code can reset it")
             return False
         return True
 
@@ -307,7 +307,7 @@ def gpu_peak(proxy: Worker, request: Callable[[], Any]) -> tuple[Any, int]:
     proxy.request({"op": "release"}, what="(GPU memory)")
     before = allocator_reading(reset=True).get("current", 0)
     assert proxy.sandbox is not None                                       # started by the requests
-    poller = DriverPoller(proxy.sandbox.pids)
+    poller = DriverPoller(proxy.sandbox.pids, proxy.grading)
     with poller:
         result = request()
     allocator = allocator_reading().get("peak", 0) - before

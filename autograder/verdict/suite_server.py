@@ -20,7 +20,7 @@ import sys
 import time
 from typing import IO
 
-from autograder.verdict import channel
+from autograder.verdict import channel, context
 
 ROLES = ("reference", "course parts")
 CHECK_S = 1.0                 # a shared worker answers its check within this, or is replaced
@@ -44,7 +44,8 @@ def warm():
 class Shared:
     """The workers of course code shared by the learners of a batch, kept in this (the server's) process."""
 
-    def __init__(self):
+    def __init__(self, grading):
+        self.grading = grading           # the server's own: no deadline, no driver reading (NVML is not fork-safe)
         self.workers: dict = {}          # (role, assignment) -> Learner
         self.used: dict = {}             # assignment -> the roles its suite was seen to start for itself
 
@@ -71,7 +72,7 @@ class Shared:
                 w.close()
                 w = None
             if w is None:
-                w = Learner(learner_cells(read(source_notebook(assignment))), role=role)
+                w = Learner(learner_cells(read(source_notebook(assignment))), role=role, grading=self.grading)
                 w.start()
                 self.workers[(role, assignment)] = w
         return self.current(assignment)
@@ -160,14 +161,14 @@ def ready_for(assignment: str):
 def _child(requests: int, replies: int, log: IO[bytes], shared: dict, env: dict, assignment: str) -> int:
     """The process of one learner's suite: it starts that learner's worker, then answers the request, if one comes."""
     from autograder import config
-    from autograder.verdict import context, hidden, learner
+    from autograder.verdict import hidden, learner
 
     os.setsid()
     os.environ.update(env)
-    grading = context.begin()              # this learner's (with a seed of its own); it reads the GPU driver
+    grading = context.Context()            # this learner's (with a seed of its own); it reads the GPU driver
     worker: learner.Learner | None
     worker = learner.Learner([], role="learner", preload=preload(assignment), refuse=refused(assignment),
-                             library=library(assignment))
+                             library=library(assignment), grading=grading)
     try:
         worker.spawn()
     except Exception:  # noqa: BLE001 - the suite starts one itself, and says why if it cannot
@@ -188,7 +189,7 @@ def _child(requests: int, replies: int, log: IO[bytes], shared: dict, env: dict,
     grading.prestarted = worker
     hidden.limit_trusted_memory(config.current().trusted_memory)
     try:
-        result = hidden.answer(req)
+        result = hidden.answer(req, grading)
     finally:
         if worker is not None:
             worker.close()
@@ -205,7 +206,7 @@ class Server:
     environment."""
 
     def __init__(self):
-        self.shared = Shared()
+        self.shared = Shared(context.Context(driver_readings=False))
         self.ready: tuple[channel.Child, str, dict] | None = None
 
     def discard(self):
@@ -252,9 +253,6 @@ class Server:
 
 
 def main():
-    from autograder.verdict import context
-
-    context.begin(context.Context(driver_readings=False))   # NVML is not fork-safe: the learners' processes read it
     warm()
     # What warm() made is kept out of the forked processes' garbage collection: a collection would walk (and,
     # touching each object, copy) every page of torch's, dynamo's and pytest's objects in each learner's process.

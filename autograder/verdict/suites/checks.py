@@ -3,7 +3,6 @@ reads: it names the misconception, never the test code.  All comparisons happen 
 trusted side, with tensors the worker sent back."""
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import cast
 
@@ -11,7 +10,6 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from autograder.sandbox.gpu import on_gpu
-from autograder.verdict import context
 from autograder.verdict.learner import LearnerError, origin
 from autograder.verdict.timing import Target, compare
 
@@ -224,16 +222,6 @@ def raises(call, exc: str, diagnosis: str):
                             *known.explain_raised(e.origin, e.type)) from None
         return
     raise Diagnosis(diagnosis, *known.explain_raised(origin(out), None))
-
-
-def seeded(seed: int) -> torch.Generator:
-    """A generator for the test's input number `seed`, in this grading (from its seed: autograder.verdict.context)."""
-    digest = hashlib.blake2b(f"{context.current().seed}:{seed}".encode(), digest_size=8).digest()
-    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
-
-
-def randn(*shape, seed: int, dtype=torch.float32, scale: float = 1.0) -> torch.Tensor:
-    return (torch.randn(*shape, generator=seeded(seed), dtype=torch.float64) * scale).to(dtype)
 
 
 def function_targets(learner, reference_worker, name: str) -> tuple[Target, Target]:

@@ -1,5 +1,6 @@
 """Fixtures of the hidden suites.
 
+`grading`   the learner's grading (autograder.verdict.context): its seed, deadline, cells and notes, handed down;
 `learner`   the proxy for the submission's code, running in a sandboxed worker (one per suite run), which
             imports ahead the modules a suite names as its WORKER_PRELOAD;
 `reference` the course's own solution code for an assignment, executed here (trusted);
@@ -17,7 +18,6 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from autograder.notebooks import learner_cells, read, reference_namespace, source_notebook
-from autograder.verdict import context
 from autograder.verdict.learner import Learner, LearnerError, WorkerDied
 
 # Regrading the same submission must give the same grade: examples are derandomized.
@@ -29,15 +29,16 @@ settings.load_profile("grading")
 
 
 @pytest.fixture(scope="session")
-def learner(request):
+def learner(request, grading):
     """The learner's worker: the one a warm suite process started ahead (autograder.verdict.suite_server), else one
-    of its own, given the grading's cells and deadline (autograder.verdict.context)."""
-    grading = context.current()
+    of its own, given the grading's cells and deadline (`grading`: autograder.verdict.context, handed to the suite by
+    autograder.verdict.hidden.answer)."""
     modules = {getattr(item, "module", None) for item in request.session.items}
     preload = dict.fromkeys(name for m in modules for name in getattr(m, "WORKER_PRELOAD", ()))
     proxy, grading.prestarted = grading.prestarted, None
     if proxy is None:
-        proxy = Learner(grading.cells, preload=tuple(preload), refuse=refusals(modules), library=library(modules))
+        proxy = Learner(grading.cells, preload=tuple(preload), refuse=refusals(modules), library=library(modules),
+                        grading=grading)
     proxy.cells, proxy.deadline = grading.cells, grading.deadline
     declare(proxy, modules)
     proxy.assignment = next((getattr(item.module, "A", None) for item in request.session.items
@@ -107,37 +108,37 @@ def reference():
     return get
 
 
-def _workers(role: str):
+def _workers(role: str, grading):
     """Workers of course code by assignment: the warm suite process's shared one, else one of this suite's own
     (the `workers` closed at the end)."""
     workers: dict = {}
 
     def get(assignment: str) -> Learner:
-        shared = context.current().shared
-        if role in shared:                 # the warm process shares them for this suite's assignment
-            return shared[role]
+        if role in grading.shared:         # the warm process shares them for this suite's assignment
+            return grading.shared[role]
         if assignment not in workers:
-            workers[assignment] = Learner(learner_cells(read(source_notebook(assignment))), role=role)
+            workers[assignment] = Learner(learner_cells(read(source_notebook(assignment))), role=role,
+                                          grading=grading)
         return workers[assignment]
 
     return workers, get
 
 
 @pytest.fixture(scope="session")
-def reference_worker():
+def reference_worker(grading):
     """The course's solution code running in its own sandboxed worker, under the same limits as the
     learner's: the other side of every speed comparison (autograder.verdict.timing)."""
-    workers, get = _workers("reference")
+    workers, get = _workers("reference", grading)
     yield get
     for w in workers.values():
         w.close()
 
 
 @pytest.fixture(scope="session")
-def course():
+def course(grading):
     """Another worker of the course's solution code: it computes the course's parts that a learner's part
     (or, in a speed comparison, the reference's) uses."""
-    workers, get = _workers("course parts")
+    workers, get = _workers("course parts", grading)
     yield get
     for w in workers.values():
         w.close()

@@ -26,7 +26,7 @@ import torch
 
 from autograder.inside.calls import call_family, call_twice, first_line, raised, tail
 
-from .checks import allowed_error, max_error, rounded_runs, seeded, where
+from .checks import allowed_error, max_error, rounded_runs, where
 
 
 class Draw:
@@ -368,12 +368,12 @@ def expected_of(part: Part, call: Call, ns: dict, family: str | None = None) -> 
 
 def _rounded(part: Part, call: Call, outcome: Outcome) -> list:
     """`part.rounded` of `call` under random rounding at the precision of the reference's answer, from a generator of
-    this grading's seed and the call's."""
+    the call's own (drawn for this grading, or fixed): one call, one allowance."""
     floats = [x for x in _items(outcome.get("first")) if isinstance(x, torch.Tensor) and x.is_floating_point()]
     if part.rounded is None or not floats:
         return []
     label = int.from_bytes(hashlib.blake2b(str(call).encode(), digest_size=6).digest(), "little")
-    return rounded_runs(part.rounded(call), floats[0].dtype, seeded(label))
+    return rounded_runs(part.rounded(call), floats[0].dtype, torch.Generator().manual_seed(label))
 
 
 def same_outcome(a: Outcome, b: Outcome, expected: Expected) -> bool:

@@ -20,7 +20,7 @@ import torch
 
 from autograder.inside.calls import call_twice, gradients, raised
 
-from .checks import Diagnosis, allowed_error, max_error, seeded
+from .checks import Diagnosis, allowed_error, max_error
 from .contract import (
     Call,
     Draw,
@@ -253,8 +253,9 @@ def _gradients(side, ns: dict, part: Part, seed: int):
 
 
 def _same_gradients(side, ns: dict, part: Part, call: Call, expected: Expected, seed: int):
-    """The gradients of `call` in the learner's code and in the course's agree (a Diagnosis if not)."""
-    grads = _output_grads(expected.outcome, seeded(seed + 17))
+    """The gradients of `call` in the learner's code and in the course's agree (a Diagnosis if not); `seed`: the
+    family's, drawn for this grading."""
+    grads = _output_grads(expected.outcome, torch.Generator().manual_seed(seed + 17))
     theirs, _ = Here(ns, part).gradients(call, grads)
     mine, state = side.gradients(call, grads)
     said = f"with autograd, in float64, {call}"
@@ -315,10 +316,10 @@ def tests(contract: dict[str, Part], suite: str, cells: dict[str, str] | None = 
 
 
 def _test(suite: str, part_name: str, family: str, label: int, cell: str):
-    def test(learner, reference):
+    def test(grading, learner, reference):
         module = __import__(f"autograder.verdict.suites.test_{suite}", fromlist=["CONTRACT"])
         part = module.CONTRACT[part_name]
-        check(Learner(learner, part), vars(reference(suite)), part, family, seeded(label).initial_seed())
+        check(Learner(learner, part), vars(reference(suite)), part, family, grading.seeded(label).initial_seed())
 
     test.__doc__ = f"{FAMILY_DOCS[family]} (a promise every part keeps)"
     test.__name__ = f"test_{part_name}_family_{family.replace(' ', '_')}"

@@ -7,7 +7,7 @@ import torch
 
 from autograder.verdict.learner import LearnerError
 
-from .checks import Diagnosis, check, close, load_state, randn, seeded
+from .checks import Diagnosis, check, close, load_state
 from .oracles import (
     block_baselines,
     norm_baseline,
@@ -29,9 +29,9 @@ HEADS = (1, 2, 3, 4, 6, 8)
 _JUDGED: dict = {}
 
 
-def drawn(seed: int, count: int = 3) -> list[dict]:
-    """`count` sets of sizes drawn for this grading: batch, query and key lengths, heads, head size, d_ff."""
-    g = seeded(seed)
+def drawn(grading, seed: int, count: int = 3) -> list[dict]:
+    """`count` sets of sizes drawn for `grading`: batch, query and key lengths, heads, head size, d_ff."""
+    g = grading.seeded(seed)
 
     def pick(low: int, high: int) -> int:
         return int(torch.randint(low, high + 1, (1,), generator=g))
@@ -41,14 +41,16 @@ def drawn(seed: int, count: int = 3) -> list[dict]:
 
 
 def _check(learner, name: str, s: dict, seed: int, course=None):
-    """Raise Diagnosis or LearnerError when `name` gives a wrong result at sizes `s`."""
+    """Raise Diagnosis or LearnerError when `name` gives a wrong result at sizes `s` (inputs drawn for the grading
+    the learner's worker serves)."""
     B, L, Lk, H, dh, d_ff = s["B"], s["L"], s["Lk"], s["H"], s["dh"], s["d_ff"]
     D = H * dh
-    x = randn(B, L, D, seed=seed)
+    grading = learner.grading
+    x = grading.randn(B, L, D, seed=seed)
     if name == "scaled_dot_product_attention":
-        q = randn(B, H, L, dh, seed=seed + 1)
-        k, v = randn(B, H, Lk, dh, seed=seed + 2), randn(B, H, Lk, dh, seed=seed + 3)
-        mask = random_mask(L, Lk, seed=seed + 4)
+        q = grading.randn(B, H, L, dh, seed=seed + 1)
+        k, v = grading.randn(B, H, Lk, dh, seed=seed + 2), grading.randn(B, H, Lk, dh, seed=seed + 3)
+        mask = random_mask(L, Lk, g=grading.seeded(seed + 4))
         close(learner.fn(name)(q, k, v, mask)[0], oracle_attention(q, k, v, mask), name,
               baseline=plain_attention(q, k, v, mask)[0], dtype=torch.float32)
     elif name == "causal_mask":
@@ -57,13 +59,13 @@ def _check(learner, name: str, s: dict, seed: int, course=None):
         close(learner.fn(name)(L, 2 * dh), course.sinusoidal_encoding(L, 2 * dh), name, dtype=torch.float32,
               rtol=1e-5)
     else:
-        made = {"MultiHeadAttention": ((D, H), random_mha_state(D, seed=seed + 5), lambda st: oracle_mha(st, H, x),
-                                       lambda st: plain_mha(st, H, x)),
-                "LayerNorm": ((D,), random_norm_state(D, seed=seed + 6), lambda st: torch_norm(st, x),
+        made = {"MultiHeadAttention": ((D, H), random_mha_state(D, grading.seeded(seed + 5)),
+                                       lambda st: oracle_mha(st, H, x), lambda st: plain_mha(st, H, x)),
+                "LayerNorm": ((D,), random_norm_state(D, grading.seeded(seed + 6)), lambda st: torch_norm(st, x),
                               lambda st: norm_baseline(st, x)),
-                "FeedForward": ((D, d_ff), random_ff_state(D, d_ff, seed=seed + 7),
+                "FeedForward": ((D, d_ff), random_ff_state(D, d_ff, grading.seeded(seed + 7)),
                                 lambda st: plain_ff(st, x.double()), lambda st: plain_ff(st, x)),
-                "TransformerBlock": ((D, H, d_ff), random_block_state(D, d_ff, seed=seed + 8),
+                "TransformerBlock": ((D, H, d_ff), random_block_state(D, d_ff, grading.seeded(seed + 8)),
                                      lambda st: oracle_block(st, H, x),
                                      lambda st: block_baselines(st, H, x))}
         args, state, want, plain = made[name]
@@ -77,7 +79,7 @@ def verdicts(learner, name: str, at: tuple[dict, ...] = (), course=None) -> list
     key = (id(learner), name, repr(at))
     if key not in _JUDGED:
         results = []
-        for i, sizes in enumerate([*drawn(1000), *at]):
+        for i, sizes in enumerate([*drawn(learner.grading, 1000), *at]):
             try:
                 _check(learner, name, sizes, seed=1100 + 10 * i, course=course)
                 results.append(True)

@@ -27,8 +27,6 @@ from .checks import (
     module_targets,
     on_device,
     raises,
-    randn,
-    seeded,
     tensor,
     together,
 )
@@ -134,7 +132,7 @@ def draw_mha(d: Draw) -> Call:
         empty = d.chance(0.3)
         kwargs["mask"] = d.mask(*d.choice(((Lq, Lk), (B, 1, Lq, Lk))), empty_rows=empty)
         about.append("a mask with rows all False" if empty else "a mask")
-    state = {k: v for k, v in random_mha_state(D, bias=bias, seed=d.r.randrange(1 << 30)).items()}
+    state = {k: v for k, v in random_mha_state(D, d.g, bias=bias).items()}
     ctor_kwargs = {} if bias and d.chance(0.5) else {"bias": bias}
     return Call("MultiHeadAttention", tuple(args), kwargs, ctor=(D, H), ctor_kwargs=ctor_kwargs, state=state,
                 about=", ".join(about))
@@ -186,7 +184,7 @@ def causal_edges(d: Draw) -> list[Call]:
 def _mha_call(d: Draw, D: int, H: int, args: list, kwargs: dict | None = None, bias: bool = True, about: str = ""):
     return Call("MultiHeadAttention", tuple(args), kwargs or {}, ctor=(D, H),
                 ctor_kwargs={} if bias else {"bias": bias},
-                state=random_mha_state(D, bias=bias, seed=d.r.randrange(1 << 30)), about=about)
+                state=random_mha_state(D, d.g, bias=bias), about=about)
 
 
 def mha_edges(d: Draw) -> list[Call]:
@@ -229,8 +227,8 @@ globals().update(families.tests(CONTRACT, A))
 DRAWN = 10          # calls drawn per part and grading
 
 
-def drawn(learner, reference, name: str, label: int):
-    check_drawn(learner, vars(reference(A)), name, CONTRACT[name], seeded(label).initial_seed(), DRAWN)
+def drawn(grading, learner, reference, name: str, label: int):
+    check_drawn(learner, vars(reference(A)), name, CONTRACT[name], grading.seeded(label).initial_seed(), DRAWN)
 
 
 
@@ -266,9 +264,9 @@ def sdpa_close(learner, q, k, v, mask=None, what="", atol=None):
 
 
 @SDPA
-def test_sdpa_shapes(learner):
+def test_sdpa_shapes(grading, learner):
     """returns (out, weights) of shapes (..., Lq, dv) and (..., Lq, Lk) with batch and head dimensions"""
-    q, k, v = randn(2, 3, 5, 8, seed=1), randn(2, 3, 7, 8, seed=2), randn(2, 3, 7, 6, seed=3)
+    q, k, v = grading.randn(2, 3, 5, 8, seed=1), grading.randn(2, 3, 7, 8, seed=2), grading.randn(2, 3, 7, 6, seed=3)
     out, w = sdpa(learner, q, k, v,
                   what="scaled_dot_product_attention(q, k, v) with q (2, 3, 5, 8), k (2, 3, 7, 8), v (2, 3, 7, 6)")
     tensor(out, "out", shape=(2, 3, 5, 6), dtype=torch.float32)
@@ -277,40 +275,42 @@ def test_sdpa_shapes(learner):
 
 @SDPA
 @pytest.mark.weight(2)
-def test_sdpa_values(learner):
+def test_sdpa_values(grading, learner):
     """out and weights equal PyTorch's attention (Lq = 13, Lk = 97, d = 24, dv = 10)"""
-    sdpa_close(learner, randn(2, 3, 13, 24, seed=4), randn(2, 3, 97, 24, seed=5), randn(2, 3, 97, 10, seed=6))
+    sdpa_close(learner, grading.randn(2, 3, 13, 24, seed=4), grading.randn(2, 3, 97, 24, seed=5),
+               grading.randn(2, 3, 97, 10, seed=6))
 
 
 @SDPA
-def test_sdpa_float64(learner):
+def test_sdpa_float64(grading, learner):
     """float64 inputs give float64 results at float64 precision"""
-    sdpa_close(learner, *(randn(3, 11, 6, seed=s, dtype=torch.float64) for s in (7, 8, 9)))
+    sdpa_close(learner, *(grading.randn(3, 11, 6, seed=s, dtype=torch.float64) for s in (7, 8, 9)))
 
 
 @SDPA
 @pytest.mark.weight(2)
-def test_sdpa_mask(learner):
+def test_sdpa_mask(grading, learner):
     """masks (True = may attend) broadcast from (B, 1, Lq, Lk) and (Lq, Lk); masked keys get weight 0"""
-    q, k, v = randn(2, 3, 9, 8, seed=10), randn(2, 3, 17, 8, seed=11), randn(2, 3, 17, 5, seed=12)
-    for mask in (random_mask(2, 1, 9, 17, seed=13), random_mask(9, 17, seed=14)):
+    q, k, v = (grading.randn(2, 3, 9, 8, seed=10), grading.randn(2, 3, 17, 8, seed=11),
+               grading.randn(2, 3, 17, 5, seed=12))
+    for mask in (random_mask(2, 1, 9, 17, g=grading.seeded(13)), random_mask(9, 17, g=grading.seeded(14))):
         sdpa_close(learner, q, k, v, mask)
 
 
 @SDPA
-def test_sdpa_fully_masked_rows(learner):
+def test_sdpa_fully_masked_rows(grading, learner):
     """a query with no allowed key gets zero weights and zero output, not NaN"""
-    q, k, v = randn(2, 6, 4, seed=15), randn(2, 5, 4, seed=16), randn(2, 5, 3, seed=17)
-    mask = random_mask(2, 6, 5, seed=18)
+    q, k, v = grading.randn(2, 6, 4, seed=15), grading.randn(2, 5, 4, seed=16), grading.randn(2, 5, 3, seed=17)
+    mask = random_mask(2, 6, 5, g=grading.seeded(18))
     mask[:, 2] = False
     mask[1, 4] = False
     sdpa_close(learner, q, k, v, mask, what="scaled_dot_product_attention with rows of the mask all False")
 
 
-def large_scores(Lq: int, Lk: int, seed: int):
+def large_scores(grading, Lq: int, Lk: int, seed: int):
     """float32 q, k, v whose scores are around 1e4 (inputs numbered from `seed`)."""
-    return (randn(2, Lq, 16, seed=seed, scale=100.0), randn(2, Lk, 16, seed=seed + 1, scale=100.0),
-            randn(2, Lk, 4, seed=seed + 2))
+    return (grading.randn(2, Lq, 16, seed=seed, scale=100.0), grading.randn(2, Lk, 16, seed=seed + 1, scale=100.0),
+            grading.randn(2, Lk, 4, seed=seed + 2))
 
 
 def large_scores_atol(q, k, v) -> float:
@@ -327,9 +327,9 @@ def close_at_large_scores(out, q, k, v, what: str, mask=None):
 
 
 @SDPA
-def test_sdpa_large_scores(learner):
+def test_sdpa_large_scores(grading, learner):
     """scores around 1e4 do not overflow, with and without a mask (whose masked keys have the largest scores)"""
-    q, k, v = large_scores(7, 9, seed=19)
+    q, k, v = large_scores(grading, 7, 9, seed=19)
     close_at_large_scores(sdpa(learner, q, k, v)[0], q, k, v, "the output for scores around 1e4")
     scores = q @ k.transpose(-2, -1)
     mask = scores < scores.amax(-1, keepdim=True)                  # each row's largest score masked
@@ -339,16 +339,17 @@ def test_sdpa_large_scores(learner):
 
 
 @SDPA
-def test_sdpa_single_key(learner):
+def test_sdpa_single_key(grading, learner):
     """seq_len = 1: the only key gets weight 1"""
-    sdpa_close(learner, randn(3, 1, 5, seed=22), randn(3, 1, 5, seed=23), randn(3, 1, 2, seed=24))
+    sdpa_close(learner, grading.randn(3, 1, 5, seed=22), grading.randn(3, 1, 5, seed=23),
+               grading.randn(3, 1, 2, seed=24))
 
 
 @SDPA
-def test_sdpa_leaves_inputs(learner):
+def test_sdpa_leaves_inputs(grading, learner):
     """does not modify q, k, v or mask (a mask with rows all False included)"""
-    q, k, v = randn(2, 4, 8, seed=25), randn(2, 6, 8, seed=26), randn(2, 6, 8, seed=27)
-    mask = random_mask(4, 6, seed=28)
+    q, k, v = grading.randn(2, 4, 8, seed=25), grading.randn(2, 6, 8, seed=26), grading.randn(2, 6, 8, seed=27)
+    mask = random_mask(4, 6, g=grading.seeded(28))
     mask[1] = False
     leaves_inputs(learner.twice("scaled_dot_product_attention", q, k, v, mask), [q, k, v, mask],
                   "scaled_dot_product_attention", names=["q", "k", "v", "mask"])
@@ -356,11 +357,11 @@ def test_sdpa_leaves_inputs(learner):
 
 @SDPA
 @given(Lq=st.integers(1, 9), Lk=st.integers(1, 9), d=st.integers(1, 8), seed=st.integers(0, 10_000))
-def test_sdpa_weights_are_distributions(learner, Lq, Lk, d, seed):
+def test_sdpa_weights_are_distributions(grading, learner, Lq, Lk, d, seed):
     """each query's weights are >= 0 and sum to 1 over the keys"""
-    q, k, v = (randn(2, Lq, d, seed=seed, scale=2.0), randn(2, Lk, d, seed=seed + 1, scale=2.0),
-               randn(2, Lk, 3, seed=seed + 2))
-    mask = random_mask(2, Lq, Lk, seed=seed + 3)
+    q, k, v = (grading.randn(2, Lq, d, seed=seed, scale=2.0), grading.randn(2, Lk, d, seed=seed + 1, scale=2.0),
+               grading.randn(2, Lk, 3, seed=seed + 2))
+    mask = random_mask(2, Lq, Lk, g=grading.seeded(seed + 3))
     _, w = sdpa(learner, q, k, v, mask, what=f"scaled_dot_product_attention with Lq = {Lq}, Lk = {Lk}")
     w = tensor(w, "weights", shape=(2, Lq, Lk)).double()
     check((w >= 0).all(), f"with Lq = {Lq}, Lk = {Lk} and a mask, a weight is {float(w.min()):.3g}, below 0")
@@ -372,10 +373,10 @@ def test_sdpa_weights_are_distributions(learner, Lq, Lk, d, seed):
 
 @SDPA
 @given(Lq=st.integers(1, 8), Lk=st.integers(2, 8), seed=st.integers(0, 10_000))
-def test_sdpa_permutation(learner, Lq, Lk, seed):
+def test_sdpa_permutation(grading, learner, Lq, Lk, seed):
     """permuting keys and values together changes nothing; permuting queries permutes the output"""
-    q, k, v = (randn(2, n, 4, seed=seed + i, dtype=torch.float64) for i, n in enumerate((Lq, Lk, Lk)))
-    pk, pq = torch.randperm(Lk, generator=seeded(seed)), torch.randperm(Lq, generator=seeded(seed + 9))
+    q, k, v = (grading.randn(2, n, 4, seed=seed + i, dtype=torch.float64) for i, n in enumerate((Lq, Lk, Lk)))
+    pk, pq = torch.randperm(Lk, generator=grading.seeded(seed)), torch.randperm(Lq, generator=grading.seeded(seed + 9))
     out = tensor(sdpa(learner, q, k, v)[0], "out", shape=(2, Lq, 4))
     out_k = tensor(sdpa(learner, q, k[:, pk], v[:, pk])[0], "out", shape=(2, Lq, 4))
     out_q = tensor(sdpa(learner, q[:, pq], k, v)[0], "out", shape=(2, Lq, 4))
@@ -391,9 +392,9 @@ def test_sdpa_permutation(learner, Lq, Lk, seed):
 @SDPA
 @pytest.mark.weight(2)
 @pytest.mark.drawn
-def test_sdpa_on_drawn_inputs(learner, reference):
+def test_sdpa_on_drawn_inputs(grading, learner, reference):
     """on inputs drawn for this grading: any shapes and dtypes, masks with empty rows, scores near 1e4 or far below 0"""
-    drawn(learner, reference, "scaled_dot_product_attention", 9011)
+    drawn(grading, learner, reference, "scaled_dot_product_attention", 9011)
 
 
 # -- causal_mask -----------------------------------------------------------------------------------------
@@ -439,9 +440,9 @@ def test_causal_device(learner):
 
 @CAUSAL
 @pytest.mark.drawn
-def test_causal_on_drawn_inputs(learner, reference):
+def test_causal_on_drawn_inputs(grading, learner, reference):
     """on inputs drawn for this grading: up to 600 positions, on the device asked for ("meta" too)"""
-    drawn(learner, reference, "causal_mask", 9012)
+    drawn(grading, learner, reference, "causal_mask", 9012)
 
 
 # -- MultiHeadAttention ----------------------------------------------------------------------------------------
@@ -453,10 +454,10 @@ def course_parts(cell, learner):
     return ["scaled_dot_product_attention"] if cell == "MultiHeadAttention_tests" else []
 
 
-def mha(learner, d_model, n_heads, bias=True, seed=0):
+def mha(grading, learner, d_model, n_heads, bias=True, seed=0):
     """The learner's MultiHeadAttention holding random weights; returns (proxy, state)."""
     proxy = learner.new("MultiHeadAttention", d_model, n_heads, bias=bias)
-    state = random_mha_state(d_model, bias=bias, seed=seed)
+    state = random_mha_state(d_model, grading.seeded(seed), bias=bias)
     load_state(proxy, state, "MultiHeadAttention")
     return proxy, state
 
@@ -476,12 +477,12 @@ def mha_close(proxy, state, H, *args, mask=None, bias=True):
 
 
 @MHA
-def test_mha_structure(learner):
+def test_mha_structure(grading, learner):
     """q_proj, k_proj, v_proj, out_proj are nn.Linear(d_model, d_model), with bias only when bias=True"""
-    x = randn(2, 5, 48, seed=29)
+    x = grading.randn(2, 5, 48, seed=29)
     for bias in (True, False):
         proxy = learner.new("MultiHeadAttention", 48, 6, bias=bias)
-        state = random_mha_state(48, bias=bias, seed=7 + bias)
+        state = random_mha_state(48, grading.seeded(7 + bias), bias=bias)
         load_exact(proxy, state, f"MultiHeadAttention(48, 6, bias={bias})", forbidden=None if bias else r"bias$")
         mha_close(proxy, state, 6, x, bias=bias)
 
@@ -496,61 +497,62 @@ def test_mha_value_error(learner):
 
 @MHA
 @pytest.mark.weight(2)
-def test_mha_self_attention(learner):
+def test_mha_self_attention(grading, learner):
     """self-attention equals torch.nn.MultiheadAttention (B = 3, L = 11, d_model = 48, 6 heads)"""
-    proxy, state = mha(learner, 48, 6, seed=1)
-    mha_close(proxy, state, 6, randn(3, 11, 48, seed=30))
+    proxy, state = mha(grading, learner, 48, 6, seed=1)
+    mha_close(proxy, state, 6, grading.randn(3, 11, 48, seed=30))
 
 
 @MHA
-def test_mha_cross_attention(learner):
+def test_mha_cross_attention(grading, learner):
     """cross-attention with Lq != Lk, and value defaulting to key"""
-    proxy, state = mha(learner, 36, 4, seed=2)
-    query, key, value = randn(2, 5, 36, seed=31), randn(2, 9, 36, seed=32), randn(2, 9, 36, seed=33)
+    proxy, state = mha(grading, learner, 36, 4, seed=2)
+    query, key, value = (grading.randn(2, 5, 36, seed=31), grading.randn(2, 9, 36, seed=32),
+                         grading.randn(2, 9, 36, seed=33))
     mha_close(proxy, state, 4, query, key, value)
     mha_close(proxy, state, 4, query, key)
 
 
 @MHA
-def test_mha_mask(learner):
+def test_mha_mask(grading, learner):
     """masks broadcast from (Lq, Lk) and (B, 1, Lq, Lk), True = may attend"""
-    proxy, state = mha(learner, 24, 6, seed=3)
-    query, key = randn(2, 7, 24, seed=34), randn(2, 10, 24, seed=35)
-    for mask in (random_mask(7, 10, seed=36), random_mask(2, 1, 7, 10, seed=37)):
+    proxy, state = mha(grading, learner, 24, 6, seed=3)
+    query, key = grading.randn(2, 7, 24, seed=34), grading.randn(2, 10, 24, seed=35)
+    for mask in (random_mask(7, 10, g=grading.seeded(36)), random_mask(2, 1, 7, 10, g=grading.seeded(37))):
         mha_close(proxy, state, 6, query, key, mask=mask)
 
 
 @MHA
-def test_mha_no_bias(learner):
+def test_mha_no_bias(grading, learner):
     """bias=False matches torch.nn.MultiheadAttention(bias=False)"""
-    proxy, state = mha(learner, 30, 3, bias=False, seed=4)
-    mha_close(proxy, state, 3, randn(2, 8, 30, seed=38), bias=False)
+    proxy, state = mha(grading, learner, 30, 3, bias=False, seed=4)
+    mha_close(proxy, state, 3, grading.randn(2, 8, 30, seed=38), bias=False)
 
 
 @MHA
-def test_mha_single_position(learner):
+def test_mha_single_position(grading, learner):
     """seq_len = 1 works"""
-    proxy, state = mha(learner, 16, 4, seed=5)
-    mha_close(proxy, state, 4, randn(3, 1, 16, seed=39))
+    proxy, state = mha(grading, learner, 16, 4, seed=5)
+    mha_close(proxy, state, 4, grading.randn(3, 1, 16, seed=39))
 
 
 @MHA
-def test_mha_leaves_inputs(learner):
+def test_mha_leaves_inputs(grading, learner):
     """does not modify query, key, value or mask (a mask with rows all False included)"""
-    proxy, _ = mha(learner, 16, 2, seed=6)
-    args = [randn(2, 4, 16, seed=40), randn(2, 5, 16, seed=41), randn(2, 5, 16, seed=42)]
-    mask = random_mask(4, 5, seed=43)
+    proxy, _ = mha(grading, learner, 16, 2, seed=6)
+    args = [grading.randn(2, 4, 16, seed=40), grading.randn(2, 5, 16, seed=41), grading.randn(2, 5, 16, seed=42)]
+    mask = random_mask(4, 5, g=grading.seeded(43))
     mask[0] = False
     leaves_inputs(proxy.twice(*args, mask=mask), args, "MultiHeadAttention.forward", names=["query", "key", "value"])
 
 
 @MHA
 @given(L=st.integers(2, 9), seed=st.integers(0, 10_000))
-def test_mha_permutation_equivariant(learner, L, seed):
+def test_mha_permutation_equivariant(grading, learner, L, seed):
     """without a mask, permuting the positions permutes the output the same way"""
     proxy = learner.new("MultiHeadAttention", 12, 3)
-    x = randn(2, L, 12, seed=seed)
-    perm = torch.randperm(L, generator=seeded(seed))
+    x = grading.randn(2, L, 12, seed=seed)
+    perm = torch.randperm(L, generator=grading.seeded(seed))
     out, out_p = proxy(x), proxy(x[:, perm].contiguous())
     tensor(out, "MultiHeadAttention(12, 3)(x)", shape=(2, L, 12))
     tensor(out_p, "MultiHeadAttention(12, 3)(x)", shape=(2, L, 12))
@@ -562,11 +564,11 @@ def test_mha_permutation_equivariant(learner, L, seed):
 
 @MHA
 @pytest.mark.together
-def test_mha_with_your_attention(learner, course):
+def test_mha_with_your_attention(grading, learner, course):
     """with your own scaled_dot_product_attention, it still equals torch.nn.MultiheadAttention"""
-    proxy, state = mha(learner, 32, 4, seed=8)
-    x, key = randn(2, 6, 32, seed=44), randn(2, 9, 32, seed=45)
-    mask = random_mask(6, 9, seed=46)
+    proxy, state = mha(grading, learner, 32, 4, seed=8)
+    x, key = grading.randn(2, 6, 32, seed=44), grading.randn(2, 9, 32, seed=45)
+    mask = random_mask(6, 9, g=grading.seeded(46))
     together(learner, course(A), ["scaled_dot_product_attention"],
              lambda: mha_close(proxy, state, 4, x, key, mask=mask),
              "MultiHeadAttention", "fix part 1 (scaled_dot_product_attention) first")
@@ -575,9 +577,9 @@ def test_mha_with_your_attention(learner, course):
 @MHA
 @pytest.mark.weight(2)
 @pytest.mark.drawn
-def test_mha_on_drawn_inputs(learner, reference):
+def test_mha_on_drawn_inputs(grading, learner, reference):
     """on inputs drawn for this grading: 1 to 8 heads, with and without bias, cross-attention, masks with empty rows"""
-    drawn(learner, reference, "MultiHeadAttention", 9013)
+    drawn(grading, learner, reference, "MultiHeadAttention", 9013)
 
 
 # -- blockwise_attention ---------------------------------------------------------------------------------
@@ -612,44 +614,45 @@ def check_blockwise(learner, q, k, v, causal, block_size, what, atol=None):
 
 @BLOCK
 @pytest.mark.weight(2)
-def test_blockwise_values(learner):
+def test_blockwise_values(grading, learner):
     """equals softmax attention with Lk = 97 (not a multiple of block_size = 32) and Lq = 50"""
-    q, k, v = randn(2, 3, 50, 16, seed=50), randn(2, 3, 97, 16, seed=51), randn(2, 3, 97, 12, seed=52)
+    q, k, v = (grading.randn(2, 3, 50, 16, seed=50), grading.randn(2, 3, 97, 16, seed=51),
+               grading.randn(2, 3, 97, 12, seed=52))
     k[..., 90:, :] *= 3.0                                     # the last keys raise the running max
     check_blockwise(learner, q, k, v, False, 32, "blockwise_attention(q, k, v, block_size=32), Lq = 50, Lk = 97")
 
 
 @BLOCK
-def test_blockwise_causal(learner):
+def test_blockwise_causal(grading, learner):
     """causal=True equals F.scaled_dot_product_attention(is_causal=True), Lq = Lk = 97"""
-    q, k, v = randn(2, 97, 8, seed=53), randn(2, 97, 8, seed=54), randn(2, 97, 8, seed=55)
+    q, k, v = grading.randn(2, 97, 8, seed=53), grading.randn(2, 97, 8, seed=54), grading.randn(2, 97, 8, seed=55)
     check_blockwise(learner, q, k, v, True, 16, "blockwise_attention(q, k, v, causal=True, block_size=16)")
 
 
 @BLOCK
-def test_blockwise_causal_rectangular(learner):
+def test_blockwise_causal_rectangular(grading, learner):
     """causal=True with Lq != Lk: key j is visible to query i iff j <= i"""
     for Lq, Lk in ((40, 97), (97, 40)):
-        q, k, v = randn(2, Lq, 8, seed=56), randn(2, Lk, 8, seed=57), randn(2, Lk, 8, seed=58)
+        q, k, v = grading.randn(2, Lq, 8, seed=56), grading.randn(2, Lk, 8, seed=57), grading.randn(2, Lk, 8, seed=58)
         check_blockwise(learner, q, k, v, True, 16, f"blockwise_attention(causal=True) with Lq = {Lq}, Lk = {Lk}")
 
 
 @BLOCK
-def test_blockwise_large_scores(learner):
+def test_blockwise_large_scores(grading, learner):
     """scores around 1e4 do not overflow, and rows whose every score is far below 0 do not underflow"""
-    q, k, v = large_scores(20, 45, seed=59)
+    q, k, v = large_scores(grading, 20, 45, seed=59)
     check_blockwise(learner, q, k, v, False, 8, "blockwise_attention(block_size=8) for scores around 1e4",
                     atol=large_scores_atol(q, k, v))
-    k = randn(2, 45, 16, seed=60, scale=0.1) + 1.0
-    q = randn(2, 20, 16, seed=61, scale=5.0) - 100.0                  # every score about -1,600
+    k = grading.randn(2, 45, 16, seed=60, scale=0.1) + 1.0
+    q = grading.randn(2, 20, 16, seed=61, scale=5.0) - 100.0                  # every score about -1,600
     check_blockwise(learner, q, k, v, False, 8, "blockwise_attention(block_size=8) for scores all around -1600",
                     atol=large_scores_atol(q, k, v))
 
 
 @BLOCK
-def test_blockwise_block_sizes(learner):
+def test_blockwise_block_sizes(grading, learner):
     """block_size = 1, = Lk and > Lk, in float64"""
-    q, k, v = (randn(3, n, 6, seed=62 + i, dtype=torch.float64) for i, n in enumerate((11, 23, 23)))
+    q, k, v = (grading.randn(3, n, 6, seed=62 + i, dtype=torch.float64) for i, n in enumerate((11, 23, 23)))
     for bs in (1, 23, 64):
         for causal in (False, True):
             check_blockwise(learner, q, k, v, causal, bs,
@@ -657,16 +660,16 @@ def test_blockwise_block_sizes(learner):
 
 
 @BLOCK
-def test_blockwise_long(learner):
+def test_blockwise_long(grading, learner):
     """a 4096 x 4096 problem (float32, block_size = 64) runs and is right"""
-    q, k, v = randn(4096, 32, seed=65), randn(4096, 32, seed=66), randn(4096, 32, seed=67)
+    q, k, v = grading.randn(4096, 32, seed=65), grading.randn(4096, 32, seed=66), grading.randn(4096, 32, seed=67)
     check_blockwise(learner, q, k, v, True, 64, "blockwise_attention for Lq = Lk = 4096, causal=True")
 
 
 @BLOCK
-def test_blockwise_leaves_inputs(learner):
+def test_blockwise_leaves_inputs(grading, learner):
     """does not modify q, k or v"""
-    args = [randn(2, 9, 8, seed=68), randn(2, 13, 8, seed=69), randn(2, 13, 8, seed=70)]
+    args = [grading.randn(2, 9, 8, seed=68), grading.randn(2, 13, 8, seed=69), grading.randn(2, 13, 8, seed=70)]
     leaves_inputs(learner.twice("blockwise_attention", *args, causal=True, block_size=4), args, "blockwise_attention",
                   names=["q", "k", "v"])
 
@@ -674,9 +677,9 @@ def test_blockwise_leaves_inputs(learner):
 @BLOCK
 @given(Lq=st.integers(1, 30), Lk=st.integers(1, 30), bs=st.integers(1, 12), causal=st.booleans(),
        seed=st.integers(0, 10_000))
-def test_blockwise_any_sizes(learner, Lq, Lk, bs, causal, seed):
+def test_blockwise_any_sizes(grading, learner, Lq, Lk, bs, causal, seed):
     """any Lq, Lk and block_size give softmax attention"""
-    q, k, v = (randn(2, n, 5, seed=seed + i, dtype=torch.float64) for i, n in enumerate((Lq, Lk, Lk)))
+    q, k, v = (grading.randn(2, n, 5, seed=seed + i, dtype=torch.float64) for i, n in enumerate((Lq, Lk, Lk)))
     check_blockwise(learner, q, k, v, causal, bs,
                     f"blockwise_attention(q, k, v, causal={causal}, block_size={bs}) with Lq = {Lq}, Lk = {Lk}")
 
@@ -684,9 +687,9 @@ def test_blockwise_any_sizes(learner, Lq, Lk, bs, causal, seed):
 @BLOCK
 @pytest.mark.weight(2)
 @pytest.mark.drawn
-def test_blockwise_on_drawn_inputs(learner, reference):
+def test_blockwise_on_drawn_inputs(grading, learner, reference):
     """on inputs drawn for this grading: any shapes and block sizes, causal or not, both dtypes, extreme scores"""
-    drawn(learner, reference, "blockwise_attention", 9014)
+    drawn(grading, learner, reference, "blockwise_attention", 9014)
 
 
 # -- speed and memory (autograder.verdict.timing: a clock and a memory measure the learner cannot touch) -------

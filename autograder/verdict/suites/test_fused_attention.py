@@ -16,12 +16,12 @@ import pytest
 import torch
 
 from autograder.inside.calls import fresh, strided
-from autograder.verdict import context, known, measure
+from autograder.verdict import known, measure
 from autograder.verdict.learner import Learner, LearnerError, WorkerDied
 
 from . import families
 from . import triton_kernels as tk
-from .checks import NOT_IMPLEMENTED, Diagnosis, allowed_error, check, close, max_error, seeded
+from .checks import NOT_IMPLEMENTED, Diagnosis, allowed_error, check, close, max_error
 from .contract import Call, Draw, Expected, Part, Promises, drawn_calls, expected_of, run_learner, scores_slack
 from .library import ATTENTION_OPS
 from .oracles import plain_attention
@@ -65,22 +65,19 @@ WORKER_CELLS = worker_cells
 
 
 # -- the reading of the learner's kernels ---------------------------------------------------------------------------
-_READING: list = []
-
-
-def reading() -> tk.Reading:
-    """The learner's kernels and constants (read once per grading, from the cells the grader was sent)."""
-    if not _READING:
-        r = tk.read(context.current().cells)
-        for name, params in SIGNATURES.items():
-            k = r.kernels.get(name)
-            if k is not None and k.params != params:
-                k.problems.append(f"its parameters are ({', '.join(k.params)}); the course's launcher passes "
-                                  f"({', '.join(params)}), in this order")
-        _READING.append(r)
-        if not block_problems(r):
-            CHOSEN.update({n: int(r.values[n]) for n in BOUNDS})   # type: ignore[call-overload]  # checked ints
-    return _READING[0]
+@pytest.fixture(scope="session")
+def kernels(grading) -> tk.Reading:
+    """The learner's kernels and constants, read once per grading from the cells the grader was sent; their blocks,
+    when within the bounds, size the contract's calls (CHOSEN: this process grades one learner)."""
+    r = tk.read(grading.cells)
+    for name, params in SIGNATURES.items():
+        k = r.kernels.get(name)
+        if k is not None and k.params != params:
+            k.problems.append(f"its parameters are ({', '.join(k.params)}); the course's launcher passes "
+                              f"({', '.join(params)}), in this order")
+    if not block_problems(r):
+        CHOSEN.update({n: int(r.values[n]) for n in BOUNDS})   # type: ignore[call-overload]  # checked ints
+    return r
 
 
 def block_problems(r: tk.Reading) -> list[str]:
@@ -88,9 +85,8 @@ def block_problems(r: tk.Reading) -> list[str]:
             for n in BOUNDS if r.values.get(n) not in BOUNDS[n] or isinstance(r.values.get(n), bool)]
 
 
-def runnable(kernel: str):
-    """The kernel `kernel` of the learner is one the grader runs: a Diagnosis that says why not."""
-    r = reading()
+def runnable(r: tk.Reading, kernel: str):
+    """The kernel `kernel` of the learner (in the reading `r`) is one the grader runs: a Diagnosis that says why not."""
     k = r.kernels.get(kernel)
     check(k is not None, f"no @triton.jit function {kernel} in your notebook")
     assert k is not None
@@ -118,8 +114,8 @@ def kernel_read(request):
     if cell is not None and "learner" in request.fixturenames:
         learner = request.getfixturevalue("learner")
         learner.call_timeout = min(learner.call_timeout, KERNEL_CALL_S)
-        start_compiling()
-        runnable(cell.args[0].removesuffix("_tests"))
+        request.getfixturevalue("compiling")           # started beside the tests of values
+        runnable(request.getfixturevalue("kernels"), cell.args[0].removesuffix("_tests"))
     yield
 
 
@@ -312,9 +308,9 @@ class KernelSide(families.Learner):
         return explain(call.part, call, got, expected, self.family)
 
 
-def drawn(learner, part: str, label: int, count: int = DRAWN):
+def drawn(grading, learner, part: str, label: int, count: int = DRAWN):
     """The learner's part meets its contract on the edges and on `count` calls drawn for this grading."""
-    for call in drawn_calls(CONTRACT[part], seeded(label).initial_seed(), count):
+    for call in drawn_calls(CONTRACT[part], grading.seeded(label).initial_seed(), count):
         expected = expected_of(CONTRACT[part], call, ORACLE)
         got = run_learner(learner, call)
         wrong = expected.judge(call, got)
@@ -322,12 +318,12 @@ def drawn(learner, part: str, label: int, count: int = DRAWN):
             raise Diagnosis(f"on an input drawn for this grading, {call}: {wrong}", *explain(part, call, got, expected))
 
 
-def family(learner, part: str, name: str, label: int):
+def family(grading, learner, part: str, name: str, label: int):
     """The family `name` of checks (autograder.verdict.suites.families) on one edge of its own (below) and CALLS drawn
     calls: a rectangular ragged call for strides (Q's and K's strides differ), the running max's edge for float16."""
     contract = dataclasses.replace(CONTRACT[part], promises=dataclasses.replace(
         CONTRACT[part].promises, edges=lambda d: [FAMILY_EDGES[name](part, d)]))
-    families.check(KernelSide(learner, contract), ORACLE, contract, name, seeded(label).initial_seed())
+    families.check(KernelSide(learner, contract), ORACLE, contract, name, grading.seeded(label).initial_seed())
 
 
 def _rectangular(part: str, d: Draw) -> Call:
@@ -366,8 +362,8 @@ def right(learner, part: str, q, k, v, what: str, **kwargs):
             raise Diagnosis(str(e), *explain(part, call, {"first": tuple(got)}, expected)) from None
 
 
-def qkv(B, H, Lq, Lk, dim, seed, dtype=torch.float32, scale=1.0):
-    g = seeded(seed)
+def qkv(grading, B, H, Lq, Lk, dim, seed, dtype=torch.float32, scale=1.0):
+    g = grading.seeded(seed)
     return tuple((torch.randn(B, H, L, dim, generator=g, dtype=torch.float64) * scale).to(dtype)
                  for L in (Lq, Lk, Lk))
 
@@ -379,7 +375,6 @@ def qkv(B, H, Lq, Lk, dim, seed, dtype=torch.float32, scale=1.0):
 # compared with the course's own kernel compiled at the same blocks, warps and stages, in a worker of course code: the
 # diagnosis says whether the blocks are too large (the course's kernel spills there too) or the kernel keeps more in
 # registers than it needs (the course's does not).
-_COMPILING: dict = {}
 # One kernel compiled for both targets, in CPU seconds of its worker's sandbox (the kernel's count, not the wall time a
 # loaded machine stretches it to): the course's kernel takes about 3 s of CPU at any blocks that fit their warps, and
 # up to 16 s at blocks too large for their warps (the compiler spills thousands of bytes). Past this, the kernel's
@@ -410,12 +405,12 @@ def _spilling(facts) -> bool:
                                                            CHOSEN["NUM_WARPS"]))
 
 
-def _compile(cells: list[dict], kernel: str, deadline: float, role: str):
+def _compile(grading, cells: list[dict], kernel: str, role: str):
     """The compile facts of `kernel`, or a Diagnosis, from a sandboxed worker that holds `cells` alone (the course's
     imports and the kernels), within COMPILE_S of CPU and the learner's deadline."""
     worker = Learner(cells, role=role, refuse=REFUSED_OPS if role == "learner" else None,
-                     library=LIBRARY if role == "learner" else None)
-    worker.modules, worker.instruments, worker.deadline = ALLOWED_MODULES, ("kernels.ready",), deadline
+                     library=LIBRARY if role == "learner" else None, grading=grading)
+    worker.modules, worker.instruments = ALLOWED_MODULES, ("kernels.ready",)
     limit = measure.CpuLimit(worker, COMPILE_S)
     try:
         worker.start()
@@ -434,49 +429,46 @@ def _compile(cells: list[dict], kernel: str, deadline: float, role: str):
         worker.close()
 
 
-def start_compiling():
+@pytest.fixture(scope="session")
+def compiling(grading, kernels) -> dict:
     """Compile each of the learner's kernels that passed the reading, each in a thread and a sandboxed worker of its
     own (the course's imports and the kernels, nothing else), within COMPILE_S and the learner's deadline: the
     compiling is the learner's, and a kernel that does not finish leaves the other its own time. A kernel that spills
     over the budget is followed by the course's kernel at the same blocks, in a worker of course code, for the
-    diagnosis."""
-    if _COMPILING:
-        return
+    diagnosis. {"threads": kernel -> its thread, "results": what each found, "deadline"}."""
     import threading
 
     from autograder.notebooks import learner_cells, read, source_notebook
 
-    r = reading()
-    kernels = [] if block_problems(r) else [k for k in SIGNATURES if k in r.kernels and not r.kernels[k].problems]
-    grading = context.current()
+    r = kernels
+    names = [] if block_problems(r) else [k for k in SIGNATURES if k in r.kernels and not r.kernels[k].problems]
     cells = [c for c in grading.cells if c["id"] == "setup"] + r.cells()
     results: dict = {}
 
     def work(kernel: str):
         try:
-            results[kernel] = _compile(cells, kernel, grading.deadline, "learner")
+            results[kernel] = _compile(grading, cells, kernel, "learner")
             if _spilling(results[kernel]):
                 course = learner_cells(read(source_notebook(A)))
                 course = [c for c in course if c["id"] == "setup"] + tk.read(course).cells()
-                theirs = _compile(course, kernel, grading.deadline, "reference")
+                theirs = _compile(grading, course, kernel, "reference")
                 if isinstance(theirs, dict):
                     results[f"course {kernel}"] = theirs
         except Exception as e:  # noqa: BLE001 - a grader fault, raised by the test that waits for it
             results.setdefault("fault", e)
 
-    threads = {k: threading.Thread(target=work, args=(k,), name=f"compiling {k}", daemon=True) for k in kernels}
-    _COMPILING.update(threads=threads, results=results)
+    threads = {k: threading.Thread(target=work, args=(k,), name=f"compiling {k}", daemon=True) for k in names}
     for thread in threads.values():
         thread.start()
+    return {"threads": threads, "results": results, "deadline": grading.deadline}
 
 
-def compiled(kernel: str) -> dict:
+def compiled(compiling: dict, kernel: str) -> dict:
     """The compile facts of the learner's `kernel` for each target, when its compiling thread has them."""
-    start_compiling()
-    thread = _COMPILING["threads"].get(kernel)
+    thread = compiling["threads"].get(kernel)
     if thread is not None:
-        thread.join(timeout=max(0.0, context.current().deadline - time.time()))
-    results = _COMPILING["results"]
+        thread.join(timeout=max(0.0, compiling["deadline"] - time.time()))
+    results = compiling["results"]
     if "fault" in results:
         raise results["fault"]
     got = results.get(kernel)
@@ -486,13 +478,13 @@ def compiled(kernel: str) -> dict:
     return got
 
 
-def compiles(kernel: str):
-    facts = compiled(kernel)
+def compiles(compiling: dict, kernel: str):
+    facts = compiled(compiling, kernel)
     check(isinstance(facts, dict), f"compiling your {kernel} gave the grader nothing it can read")
     bm, bn, warps, stages = (CHOSEN[n] for n in BOUNDS)
     problems = tk.compile_problems(facts, bm, bn, COMPILE_HEAD_DIM, warps)[:4]
     if problems and _spilling(facts):      # what the spills say, after at most four problems of the targets
-        theirs = _COMPILING["results"].get(f"course {kernel}")
+        theirs = compiling["results"].get(f"course {kernel}")
         over = tk.over_budget(theirs, bn, COMPILE_HEAD_DIM, warps) if isinstance(theirs, dict) else None
         if over:
             problems.append(f"the course's own kernel spills at these sizes too ({', '.join(over)}): the blocks are "
@@ -532,70 +524,70 @@ KERNEL = pytest.mark.cell("attention_kernel_tests")
 
 
 @KERNEL
-def test_attention_kernel_is_triton(learner):
+def test_attention_kernel_is_triton(learner, kernels):
     """is a @triton.jit kernel of the course's signature, in Triton alone, with block sizes within the bounds"""
-    runnable("attention_kernel")
+    runnable(kernels, "attention_kernel")
 
 
 @KERNEL
 @pytest.mark.weight(2)
-def test_attention_kernel_values(learner):
+def test_attention_kernel_values(grading, learner):
     """out and the log-sum-exp equal softmax attention (ragged blocks, Lq != Lk, batch and heads)"""
     bm, bn = CHOSEN["BLOCK_M"], CHOSEN["BLOCK_N"]
-    q, k, v = qkv(2, 2, bm + 7, 2 * bn + 5, 32, seed=1)
+    q, k, v = qkv(grading, 2, 2, bm + 7, 2 * bn + 5, 32, seed=1)
     k[..., -bn:, :] *= 3.0                                      # the last keys raise the running max
     right(learner, "flash_attention", q, k, v, f"attention with Lq = {bm + 7}, Lk = {2 * bn + 5}, d = 32")
 
 
 @KERNEL
-def test_attention_kernel_causal(learner):
+def test_attention_kernel_causal(grading, learner):
     """causal=True: key j visible to query i when j <= i, with Lq = Lk, Lq > Lk and Lq < Lk"""
     bm, bn = CHOSEN["BLOCK_M"], CHOSEN["BLOCK_N"]
     for Lq, Lk in ((bm + bn + 3, bm + bn + 3), (2 * bm + 1, bn // 2 + 1), (5, 2 * bn + 3)):
-        q, k, v = qkv(1, 1, Lq, Lk, 16, seed=2 + Lq)
+        q, k, v = qkv(grading, 1, 1, Lq, Lk, 16, seed=2 + Lq)
         right(learner, "flash_attention", q, k, v, f"causal attention with Lq = {Lq}, Lk = {Lk}", causal=True)
 
 
 @KERNEL
-def test_attention_kernel_extreme_scores(learner):
+def test_attention_kernel_extreme_scores(grading, learner):
     """scores around 1e3 do not overflow, and rows whose every score is far below 0 do not underflow"""
     bn = CHOSEN["BLOCK_N"]
-    q, k, v = qkv(1, 1, 9, 2 * bn + 1, 16, seed=3, scale=10.0)
+    q, k, v = qkv(grading, 1, 1, 9, 2 * bn + 1, 16, seed=3, scale=10.0)
     right(learner, "flash_attention", q, k, v, "attention with scores around 1e3")
-    q, k, v = qkv(1, 1, 9, bn + 4, 16, seed=4)
+    q, k, v = qkv(grading, 1, 1, 9, bn + 4, 16, seed=4)
     right(learner, "flash_attention", q - 30.0, k * 0.1 + 1.0, v, "attention with every score around -120")
 
 
 @KERNEL
 @pytest.mark.weight(2)
 @pytest.mark.drawn
-def test_attention_kernel_on_drawn_inputs(learner):
+def test_attention_kernel_on_drawn_inputs(grading, learner):
     """on inputs drawn for this grading: sizes around the blocks, causal or not, extreme scores, the edges"""
-    drawn(learner, "flash_attention", 9031)
+    drawn(grading, learner, "flash_attention", 9031)
 
 
 @KERNEL
 @pytest.mark.family
-def test_attention_kernel_strided(learner):
+def test_attention_kernel_strided(grading, learner):
     """arguments that are not contiguous in memory (views of transposed tensors): the kernel uses the strides"""
-    family(learner, "flash_attention", "strided", 7301)
+    family(grading, learner, "flash_attention", "strided", 7301)
 
 
 @KERNEL
 @pytest.mark.family
-def test_attention_kernel_low_precision(learner):
+def test_attention_kernel_low_precision(grading, learner):
     """float16 arguments, answered in float16 (float32 inside the kernel)"""
-    family(learner, "flash_attention", "low precision", 7302)
+    family(grading, learner, "flash_attention", "low precision", 7302)
 
 
 @KERNEL
 @pytest.mark.weight(2)
 @pytest.mark.measured
-def test_attention_kernel_bytes(learner):
+def test_attention_kernel_bytes(grading, learner):
     """moves the fewest bytes its blocks allow: Q, O and the log-sum-exp once, K and V once per block of queries"""
     bm, bn = CHOSEN["BLOCK_M"], CHOSEN["BLOCK_N"]
     Lq, Lk = 2 * bm + bm // 2 + 1, 2 * bn + 3
-    q, k, v = qkv(1, 2, Lq, Lk, 32, seed=5, dtype=torch.float16)
+    q, k, v = qkv(grading, 1, 2, Lq, Lk, 32, seed=5, dtype=torch.float16)
     bytes_moved(learner, "flash_attention", q, k, v, False, f"attention with Lq = {Lq}, Lk = {Lk} in float16")
 
 
@@ -604,43 +596,43 @@ CAUSAL = pytest.mark.cell("causal_attention_kernel_tests")
 
 
 @CAUSAL
-def test_causal_attention_kernel_is_triton(learner):
+def test_causal_attention_kernel_is_triton(learner, kernels):
     """is a @triton.jit kernel of the course's signature, in Triton alone"""
-    runnable("causal_attention_kernel")
+    runnable(kernels, "causal_attention_kernel")
 
 
 @CAUSAL
 @pytest.mark.weight(2)
-def test_causal_attention_kernel_values(learner):
+def test_causal_attention_kernel_values(grading, learner):
     """equals causal attention with Lq = Lk, Lq > Lk and Lq < Lk, over several blocks"""
     bm, bn = CHOSEN["BLOCK_M"], CHOSEN["BLOCK_N"]
     for Lq, Lk in ((2 * max(bm, bn) + 3, 2 * max(bm, bn) + 3), (2 * bm + 1, bn + 2), (bm // 2 + 1, 2 * bn + 3)):
-        q, k, v = qkv(1, 2, Lq, Lk, 16, seed=10 + Lq + Lk)
+        q, k, v = qkv(grading, 1, 2, Lq, Lk, 16, seed=10 + Lq + Lk)
         right(learner, "flash_attention_causal", q, k, v, f"causal attention with Lq = {Lq}, Lk = {Lk}")
 
 
 @CAUSAL
 @pytest.mark.drawn
-def test_causal_attention_kernel_on_drawn_inputs(learner):
+def test_causal_attention_kernel_on_drawn_inputs(grading, learner):
     """on inputs drawn for this grading: sizes around the blocks, extreme scores, float16, the edges"""
-    drawn(learner, "flash_attention_causal", 9032)
-    family(learner, "flash_attention_causal", "low precision", 7303)
+    drawn(grading, learner, "flash_attention_causal", 9032)
+    family(grading, learner, "flash_attention_causal", "low precision", 7303)
 
 
 @CAUSAL
 @pytest.mark.family
-def test_causal_attention_kernel_strided(learner):
+def test_causal_attention_kernel_strided(grading, learner):
     """arguments that are not contiguous in memory (views of transposed tensors): the kernel uses the strides"""
-    family(learner, "flash_attention_causal", "strided", 7304)
+    family(grading, learner, "flash_attention_causal", "strided", 7304)
 
 
 @CAUSAL
 @pytest.mark.weight(2)
 @pytest.mark.measured
-def test_causal_attention_kernel_bytes(learner):
+def test_causal_attention_kernel_bytes(grading, learner):
     """reads K and V only in the blocks on or below the diagonal (and Q, O, the log-sum-exp once)"""
     L = 3 * max(CHOSEN["BLOCK_M"], CHOSEN["BLOCK_N"]) + 5
-    q, k, v = qkv(1, 1, L, L, 32, seed=20, dtype=torch.float16)
+    q, k, v = qkv(grading, 1, 1, L, L, 32, seed=20, dtype=torch.float16)
     bytes_moved(learner, "flash_attention_causal", q, k, v, True, f"causal attention with Lq = Lk = {L} in float16")
 
 
@@ -648,17 +640,17 @@ def test_causal_attention_kernel_bytes(learner):
 @KERNEL
 @pytest.mark.weight(2)
 @pytest.mark.measured
-def test_attention_kernel_compiles(learner):
+def test_attention_kernel_compiles(learner, compiling):
     """compiles for sm_80 and sm_90 at d = 128 in float16: its shared memory fits, no register spills, no tile larger
     than a block"""
-    compiles("attention_kernel")
+    compiles(compiling, "attention_kernel")
 
 
 @CAUSAL
 @pytest.mark.measured
-def test_causal_attention_kernel_compiles(learner):
+def test_causal_attention_kernel_compiles(learner, compiling):
     """compiles for sm_80 and sm_90 at d = 128 in float16: its shared memory fits, no register spills"""
-    compiles("causal_attention_kernel")
+    compiles(compiling, "causal_attention_kernel")
 
 
 # -- speed, on a GPU only: the learner's kernels compiled and timed against torch's FlashAttention ---------------------
@@ -685,25 +677,22 @@ def sdpa_flash_causal(q, k, v):
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 '''
-_TIMED: dict = {}
-
-
 @pytest.fixture(scope="session")
-def timed_kernels():
+def timed_kernels(grading):
     """(the learner's kernels compiled, torch's flash attention): two workers on the GPU, made on first use."""
+    made: dict = {}
 
     def get() -> tuple[Learner, Learner]:
-        if not _TIMED:
-            grading = context.current()
-            mine = Learner(worker_cells(grading.cells), refuse=REFUSED_OPS, library=LIBRARY)
-            mine.modules, mine.deadline = ALLOWED_MODULES, grading.deadline
+        if not made:
+            mine = Learner(worker_cells(grading.cells), refuse=REFUSED_OPS, library=LIBRARY, grading=grading)
+            mine.modules = ALLOWED_MODULES
             setup = [c for c in grading.cells if c["id"] == "setup"]
-            theirs = Learner([*setup, {"id": "sdpa_flash", "source": SDPA_FLASH}], role="reference")
-            _TIMED.update(mine=mine, theirs=theirs)
-        return _TIMED["mine"], _TIMED["theirs"]
+            theirs = Learner([*setup, {"id": "sdpa_flash", "source": SDPA_FLASH}], role="reference", grading=grading)
+            made.update(mine=mine, theirs=theirs)
+        return made["mine"], made["theirs"]
 
     yield get
-    for w in _TIMED.values():
+    for w in made.values():
         w.close()
 
 

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from . import families
-from .checks import check, close, leaves_inputs, raises, randn, seeded, tensor
+from .checks import check, close, leaves_inputs, raises, tensor
 from .contract import Call, Draw, Part, Promises, check_drawn
 
 A = "positional_encoding"
@@ -151,8 +151,8 @@ globals().update(families.tests(CONTRACT, A))
 DRAWN = 10          # calls drawn per part and grading
 
 
-def drawn(learner, reference, name: str, label: int):
-    check_drawn(learner, vars(reference(A)), name, CONTRACT[name], seeded(label).initial_seed(), DRAWN)
+def drawn(grading, learner, reference, name: str, label: int):
+    check_drawn(learner, vars(reference(A)), name, CONTRACT[name], grading.seeded(label).initial_seed(), DRAWN)
 
 
 # -- sinusoidal_encoding ---------------------------------------------------------------------------
@@ -237,9 +237,9 @@ def test_sinusoidal_dot_depends_on_offset(learner, L, half, shift):
 @SIN
 @pytest.mark.weight(2)
 @pytest.mark.drawn
-def test_sinusoidal_on_drawn_inputs(learner, reference):
+def test_sinusoidal_on_drawn_inputs(grading, learner, reference):
     """on inputs drawn for this grading: up to 2,500 positions, other bases by position or keyword, calls repeated"""
-    drawn(learner, reference, "sinusoidal_encoding", 9001)
+    drawn(grading, learner, reference, "sinusoidal_encoding", 9001)
 
 
 # -- rope ----------------------------------------------------------------------------------------
@@ -256,59 +256,59 @@ def rope(learner, x, *args, **kwargs):
 
 
 @ROPE
-def test_rope_shape_dtype(learner):
+def test_rope_shape_dtype(grading, learner):
     """keeps the shape and dtype of x, with any leading dimensions"""
-    x = randn(2, 3, 5, 8, seed=1)
+    x = grading.randn(2, 3, 5, 8, seed=1)
     tensor(learner.fn("rope")(x), "rope(x) for x of shape (2, 3, 5, 8)", shape=x.shape, dtype=torch.float32)
-    x64 = randn(5, 4, seed=2, dtype=torch.float64)
+    x64 = grading.randn(5, 4, seed=2, dtype=torch.float64)
     tensor(learner.fn("rope")(x64), "rope(x) for a float64 x of shape (5, 4)", shape=x64.shape, dtype=torch.float64)
 
 
 @ROPE
-def test_rope_position_zero(learner):
+def test_rope_position_zero(grading, learner):
     """a short sequence: position 0 is not rotated"""
-    rope(learner, randn(6, 8, seed=3))
+    rope(learner, grading.randn(6, 8, seed=3))
 
 
 @ROPE
 @pytest.mark.weight(2)
-def test_rope_values(learner):
+def test_rope_values(grading, learner):
     """pairs (x[2i], x[2i+1]) rotated by p * base^(-2i/d)"""
-    rope(learner, randn(2, 3, 17, 8, seed=4))
+    rope(learner, grading.randn(2, 3, 17, 8, seed=4))
 
 
 @ROPE
-def test_rope_base_and_float64(learner):
+def test_rope_base_and_float64(grading, learner):
     """the base argument, and float64 inputs computed at float64's precision"""
-    rope(learner, randn(3, 33, 6, seed=5, dtype=torch.float64), base=500.0)
+    rope(learner, grading.randn(3, 33, 6, seed=5, dtype=torch.float64), base=500.0)
 
 
 @ROPE
-def test_rope_long(learner):
+def test_rope_long(grading, learner):
     """1024 positions within float32 error"""
-    rope(learner, randn(1024, 64, seed=6))
+    rope(learner, grading.randn(1024, 64, seed=6))
 
 
 @ROPE
-def test_rope_leaves_input(learner):
+def test_rope_leaves_input(grading, learner):
     """does not modify its input"""
-    x = randn(2, 9, 8, seed=7)
+    x = grading.randn(2, 9, 8, seed=7)
     leaves_inputs(learner.twice("rope", x), [x], "rope")
 
 
 @ROPE
-def test_rope_odd_d(learner):
+def test_rope_odd_d(grading, learner):
     """an odd last dimension raises ValueError"""
-    raises(lambda: learner.fn("rope")(randn(4, 5, seed=8)), "ValueError",
+    raises(lambda: learner.fn("rope")(grading.randn(4, 5, seed=8)), "ValueError",
            "rope(x) with an odd last dimension (5) did not raise ValueError; the specification: it rotates pairs, an "
            "odd last dimension raises ValueError")
 
 
 @ROPE
 @given(L=st.integers(2, 24), half=st.integers(1, 8), seed=st.integers(0, 10_000))
-def test_rope_keeps_norms(learner, L, half, seed):
+def test_rope_keeps_norms(grading, learner, L, half, seed):
     """rotations keep the norm of every vector"""
-    x = randn(L, 2 * half, seed=seed, dtype=torch.float64)
+    x = grading.randn(L, 2 * half, seed=seed, dtype=torch.float64)
     out = tensor(learner.fn("rope")(x), "rope(x)", shape=x.shape)
     err = float((out.double().norm(dim=-1) - x.norm(dim=-1)).abs().max())
     check(torch.allclose(out.double().norm(dim=-1), x.norm(dim=-1), rtol=1e-6, atol=1e-9),
@@ -318,9 +318,9 @@ def test_rope_keeps_norms(learner, L, half, seed):
 
 @ROPE
 @given(shift=st.integers(1, 20), seed=st.integers(0, 10_000))
-def test_rope_relative(learner, shift, seed):
+def test_rope_relative(grading, learner, shift, seed):
     """q . k after rope depends only on the offset between their positions"""
-    q, k = randn(1, 8, seed=seed, dtype=torch.float64), randn(1, 8, seed=seed + 1, dtype=torch.float64)
+    q, k = grading.randn(1, 8, seed=seed, dtype=torch.float64), grading.randn(1, 8, seed=seed + 1, dtype=torch.float64)
     L = shift + 6
     qs, ks = q.expand(L, 8).clone(), k.expand(L, 8).clone()
     rq, rk = learner.fn("rope")(qs), learner.fn("rope")(ks)
@@ -336,9 +336,9 @@ def test_rope_relative(learner, shift, seed):
 @ROPE
 @pytest.mark.weight(2)
 @pytest.mark.drawn
-def test_rope_on_drawn_inputs(learner, reference):
+def test_rope_on_drawn_inputs(grading, learner, reference):
     """on inputs drawn for this grading: float32 and float64 at their own precision, 1,500 positions, other bases"""
-    drawn(learner, reference, "rope", 9002)
+    drawn(grading, learner, reference, "rope", 9002)
 
 
 # -- alibi_bias ----------------------------------------------------------------------------------
@@ -392,6 +392,6 @@ def test_alibi_single_position(learner):
 
 @ALIBI
 @pytest.mark.drawn
-def test_alibi_on_drawn_inputs(learner, reference):
+def test_alibi_on_drawn_inputs(grading, learner, reference):
     """on inputs drawn for this grading: 1 to 40 heads, up to 150 positions"""
-    drawn(learner, reference, "alibi_bias", 9003)
+    drawn(grading, learner, reference, "alibi_bias", 9003)

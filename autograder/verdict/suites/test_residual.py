@@ -24,8 +24,6 @@ from .checks import (
     load_state,
     max_error,
     module_targets,
-    randn,
-    seeded,
     tensor,
     together,
     where,
@@ -73,7 +71,7 @@ def _x(d: Draw, D: int, lead_most: int = 3):
 def draw_norm(d: Draw) -> Call:
     D = d.size(1, 40, far=300, p_far=0.1)
     ctor_kwargs = {"eps": d.choice((1e-6, d.uniform(1e-4, 0.5)))} if d.chance(0.4) else {}
-    state = random_norm_state(D, seed=d.r.randrange(1 << 30)) if d.chance(0.8) else None
+    state = random_norm_state(D, d.g) if d.chance(0.8) else None
     return Call("LayerNorm", (_x(d, D),), ctor=(D,), ctor_kwargs=ctor_kwargs, state=state)
 
 
@@ -90,7 +88,7 @@ def _norm_values(c: Call, dtype):
 
 def draw_ff(d: Draw) -> Call:
     D, d_ff = d.size(1, 32), d.size(1, 96)
-    return Call("FeedForward", (_x(d, D),), ctor=(D, d_ff), state=random_ff_state(D, d_ff, seed=d.r.randrange(1 << 30)))
+    return Call("FeedForward", (_x(d, D),), ctor=(D, d_ff), state=random_ff_state(D, d_ff, d.g))
 
 
 def draw_block(d: Draw) -> Call:
@@ -108,7 +106,7 @@ def draw_block(d: Draw) -> Call:
         if len(args) == 1:
             kwargs["mask"] = mask
     return Call("TransformerBlock", args, kwargs, ctor=ctor, ctor_kwargs=ctor_kwargs,
-                state=random_block_state(D, d_ff, seed=d.r.randrange(1 << 30)), about=about)
+                state=random_block_state(D, d_ff, d.g), about=about)
 
 
 def _block_form(c: Call) -> tuple[bool, torch.Tensor | None]:
@@ -140,7 +138,7 @@ def norm_edges(d: Draw) -> list[Call]:
     """A width of 1, rows that are constant, and rows far from 0 that vary little (a variance computed as
     E[x^2] - E[x]^2 loses every digit there)."""
     def norm(D, x, about=""):
-        return Call("LayerNorm", (x,), ctor=(D,), state=random_norm_state(D, seed=d.r.randrange(1 << 30)), about=about)
+        return Call("LayerNorm", (x,), ctor=(D,), state=random_norm_state(D, d.g), about=about)
 
     return [norm(1, d.randn(3, 1), "a width of 1"), norm(4, d.randn(2, 3, 1).expand(2, 3, 4).clone(), "constant rows"),
             norm(6, d.randn(4, 6, scale=0.01, shift=100.0), "rows near 100 that vary by 0.01")]
@@ -148,7 +146,7 @@ def norm_edges(d: Draw) -> list[Call]:
 
 def ff_edges(d: Draw) -> list[Call]:
     def ff(D, d_ff, x):
-        return Call("FeedForward", (x,), ctor=(D, d_ff), state=random_ff_state(D, d_ff, seed=d.r.randrange(1 << 30)))
+        return Call("FeedForward", (x,), ctor=(D, d_ff), state=random_ff_state(D, d_ff, d.g))
 
     return [ff(1, 1, d.randn(2, 1)), ff(3, 1, d.randn(2, 3, 3))]
 
@@ -158,7 +156,7 @@ def block_edges(d: Draw) -> list[Call]:
     def block(D, H, d_ff, x, mask=None, norm_first=True, about=""):
         return Call("TransformerBlock", (x,) if mask is None else (x, mask), ctor=(D, H, d_ff),
                     ctor_kwargs={} if norm_first else {"norm_first": False},
-                    state=random_block_state(D, d_ff, seed=d.r.randrange(1 << 30)), about=about)
+                    state=random_block_state(D, d_ff, d.g), about=about)
 
     return [block(2, 2, 1, d.randn(2, 1, 2), about="heads of width 1, one position, d_ff = 1"),
             block(3, 1, 5, d.randn(2, 4, 3), d.mask(2, 1, 4, 4), norm_first=False,
@@ -179,8 +177,8 @@ globals().update(families.tests(CONTRACT, A))
 DRAWN = 10          # calls drawn per part and grading
 
 
-def drawn(learner, reference, name: str, label: int):
-    check_drawn(learner, vars(reference(A)), name, CONTRACT[name], seeded(label).initial_seed(), DRAWN)
+def drawn(grading, learner, reference, name: str, label: int):
+    check_drawn(learner, vars(reference(A)), name, CONTRACT[name], grading.seeded(label).initial_seed(), DRAWN)
 
 
 
@@ -188,9 +186,9 @@ def drawn(learner, reference, name: str, label: int):
 LN = pytest.mark.cell("LayerNorm_tests")
 
 
-def layer_norm(learner, d, seed, eps=None):
+def layer_norm(grading, learner, d, seed, eps=None):
     proxy = learner.new("LayerNorm", d) if eps is None else learner.new("LayerNorm", d, eps=eps)
-    state = random_norm_state(d, seed)
+    state = random_norm_state(d, grading.seeded(seed))
     load_state(proxy, state, "LayerNorm")
     return proxy, state
 
@@ -202,49 +200,49 @@ def norm_close(proxy, state, x, what, eps=1e-5):
 
 
 @LN
-def test_ln_parameters(learner):
+def test_ln_parameters(grading, learner):
     """parameters weight (ones) and bias (zeros) of shape (d_model,)"""
-    x = randn(3, 4, 12, seed=15, scale=3.0) + 1.0
+    x = grading.randn(3, 4, 12, seed=15, scale=3.0) + 1.0
     norm_close(learner.new("LayerNorm", 12), {"weight": torch.ones(12), "bias": torch.zeros(12)}, x,
                "LayerNorm(12) as constructed")
     proxy = learner.new("LayerNorm", 12)
-    state = random_norm_state(12, seed=16)
+    state = random_norm_state(12, grading.seeded(16))
     load_exact(proxy, state, "LayerNorm(12)")
     norm_close(proxy, state, x, "LayerNorm(12) with another weight and bias")
 
 
 @LN
 @pytest.mark.weight(2)
-def test_ln_values(learner):
+def test_ln_values(grading, learner):
     """equals torch.nn.LayerNorm with random weight and bias (d_model = 97)"""
-    proxy, state = layer_norm(learner, 97, seed=1)
-    norm_close(proxy, state, randn(3, 7, 97, seed=2, scale=4.0) + 2.0, "LayerNorm(97)")
+    proxy, state = layer_norm(grading, learner, 97, seed=1)
+    norm_close(proxy, state, grading.randn(3, 7, 97, seed=2, scale=4.0) + 2.0, "LayerNorm(97)")
 
 
 @LN
-def test_ln_near_constant_rows(learner):
+def test_ln_near_constant_rows(grading, learner):
     """nearly constant rows, where eps inside the sqrt matters"""
-    proxy, state = layer_norm(learner, 16, seed=3)
-    x = randn(4, 6, 1, seed=4, scale=3.0) + randn(4, 6, 16, seed=5, scale=1e-3)      # variance ~ 1e-6
+    proxy, state = layer_norm(grading, learner, 16, seed=3)
+    x = grading.randn(4, 6, 1, seed=4, scale=3.0) + grading.randn(4, 6, 16, seed=5, scale=1e-3)      # variance ~ 1e-6
     x[0, 0] = 1.5                                                                     # an exactly constant row
     norm_close(proxy, state, x, "LayerNorm(16) with nearly constant rows")
 
 
 @LN
-def test_ln_custom_eps(learner):
+def test_ln_custom_eps(grading, learner):
     """the eps argument is used"""
-    proxy, state = layer_norm(learner, 10, seed=6, eps=1e-2)
-    norm_close(proxy, state, randn(5, 10, seed=7, scale=0.1), "LayerNorm(10, eps=1e-2)", eps=1e-2)
+    proxy, state = layer_norm(grading, learner, 10, seed=6, eps=1e-2)
+    norm_close(proxy, state, grading.randn(5, 10, seed=7, scale=0.1), "LayerNorm(10, eps=1e-2)", eps=1e-2)
 
 
 @LN
-def test_ln_leading_dims(learner):
+def test_ln_leading_dims(grading, learner):
     """any number of leading dimensions (none, one, three), each row as in a tensor of rows"""
     # The learner's own rows are the reference: the promise is the leading dimensions, and values wrong in every shape
     # are the values tests' to charge (a mistake near its tolerance would fail here in some gradings only).
-    proxy, _ = layer_norm(learner, 6, seed=8)
+    proxy, _ = layer_norm(grading, learner, 6, seed=8)
     for shape in ((6,), (9, 6), (2, 3, 1, 6)):
-        x = randn(*shape, seed=9, scale=2.0)
+        x = grading.randn(*shape, seed=9, scale=2.0)
         n = x.numel() // 6
         rows = tensor(proxy(x.reshape(n, 6)), f"LayerNorm(6) on x of shape ({n}, 6)", shape=(n, 6))
         what = f"LayerNorm(6) on x of shape {shape}, against your LayerNorm(6) on its rows as a ({n}, 6) tensor,"
@@ -255,10 +253,10 @@ def test_ln_leading_dims(learner):
 
 
 @LN
-def test_ln_gradients(learner):
+def test_ln_gradients(grading, learner):
     """gradients for x, weight and bias equal torch.nn.LayerNorm's"""
-    proxy, state = layer_norm(learner, 20, seed=10)
-    x, g = randn(3, 5, 20, seed=11, scale=2.0), randn(3, 5, 20, seed=12)
+    proxy, state = layer_norm(grading, learner, 20, seed=10)
+    x, g = grading.randn(3, 5, 20, seed=11, scale=2.0), grading.randn(3, 5, 20, seed=12)
     res = proxy.backward(x, grad=g)
     xd = x.double().requires_grad_(True)
     w, b = (state[n].double().requires_grad_(True) for n in NORM_PARAMS)
@@ -275,28 +273,28 @@ def test_ln_gradients(learner):
 
 
 @LN
-def test_ln_leaves_input(learner):
+def test_ln_leaves_input(grading, learner):
     """does not modify x"""
-    proxy, _ = layer_norm(learner, 8, seed=13)
-    x = randn(2, 3, 8, seed=14, scale=3.0)
+    proxy, _ = layer_norm(grading, learner, 8, seed=13)
+    x = grading.randn(2, 3, 8, seed=14, scale=3.0)
     leaves_inputs(proxy.twice(x), [x], "LayerNorm.forward", names=["x"])
 
 
 @LN
 @pytest.mark.weight(2)
 @pytest.mark.drawn
-def test_ln_on_drawn_inputs(learner, reference):
+def test_ln_on_drawn_inputs(grading, learner, reference):
     """on inputs drawn for this grading: any shapes, scales and eps, nearly constant rows, drawn or initial weights"""
-    drawn(learner, reference, "LayerNorm", 9021)
+    drawn(grading, learner, reference, "LayerNorm", 9021)
 
 
 # -- FeedForward -----------------------------------------------------------------------------------------
 FF = pytest.mark.cell("FeedForward_tests")
 
 
-def feed_forward(learner, d, d_ff, seed):
+def feed_forward(grading, learner, d, d_ff, seed):
     proxy = learner.new("FeedForward", d, d_ff)
-    state = random_ff_state(d, d_ff, seed)
+    state = random_ff_state(d, d_ff, grading.seeded(seed))
     load_state(proxy, state, "FeedForward")
     return proxy, state
 
@@ -307,44 +305,44 @@ def ff_close(proxy, state, x, what):
 
 
 @FF
-def test_ff_structure(learner):
+def test_ff_structure(grading, learner):
     """linear1 is nn.Linear(d_model, d_ff), linear2 is nn.Linear(d_ff, d_model), both with bias"""
     proxy = learner.new("FeedForward", 12, 40)
-    state = random_ff_state(12, 40, seed=26)
+    state = random_ff_state(12, 40, grading.seeded(26))
     load_exact(proxy, state, "FeedForward(12, 40)")
-    ff_close(proxy, state, randn(2, 3, 12, seed=27), "FeedForward(12, 40)")
+    ff_close(proxy, state, grading.randn(2, 3, 12, seed=27), "FeedForward(12, 40)")
 
 
 @FF
 @pytest.mark.weight(2)
-def test_ff_values(learner):
+def test_ff_values(grading, learner):
     """linear2(relu(linear1(x))) with random weights (d_model = 24, d_ff = 97)"""
-    proxy, state = feed_forward(learner, 24, 97, seed=20)
-    ff_close(proxy, state, randn(3, 11, 24, seed=21), "FeedForward(24, 97)")
+    proxy, state = feed_forward(grading, learner, 24, 97, seed=20)
+    ff_close(proxy, state, grading.randn(3, 11, 24, seed=21), "FeedForward(24, 97)")
 
 
 @FF
-def test_ff_leading_dims(learner):
+def test_ff_leading_dims(grading, learner):
     """any number of leading dimensions, each position on its own"""
-    proxy, state = feed_forward(learner, 8, 20, seed=22)
+    proxy, state = feed_forward(grading, learner, 8, 20, seed=22)
     for shape in ((5, 8), (2, 3, 4, 8)):
-        ff_close(proxy, state, randn(*shape, seed=23), "FeedForward(8, 20)")
+        ff_close(proxy, state, grading.randn(*shape, seed=23), "FeedForward(8, 20)")
 
 
 @FF
-def test_ff_leaves_input(learner):
+def test_ff_leaves_input(grading, learner):
     """does not modify x"""
-    proxy, _ = feed_forward(learner, 8, 16, seed=24)
-    x = randn(2, 5, 8, seed=25)
+    proxy, _ = feed_forward(grading, learner, 8, 16, seed=24)
+    x = grading.randn(2, 5, 8, seed=25)
     leaves_inputs(proxy.twice(x), [x], "FeedForward.forward", names=["x"])
 
 
 @FF
 @pytest.mark.weight(2)
 @pytest.mark.drawn
-def test_ff_on_drawn_inputs(learner, reference):
+def test_ff_on_drawn_inputs(grading, learner, reference):
     """on inputs drawn for this grading: any sizes and leading dimensions"""
-    drawn(learner, reference, "FeedForward", 9022)
+    drawn(grading, learner, reference, "FeedForward", 9022)
 
 
 # -- TransformerBlock ------------------------------------------------------------------------------------------
@@ -362,10 +360,10 @@ def new_block(learner, *args):
         raise
 
 
-def block(learner, d, H, d_ff, seed, norm_first=None):
+def block(grading, learner, d, H, d_ff, seed, norm_first=None):
     args = (d, H, d_ff) if norm_first is None else (d, H, d_ff, norm_first)
     proxy = new_block(learner, *args)
-    state = random_block_state(d, d_ff, seed)
+    state = random_block_state(d, d_ff, grading.seeded(seed))
     load_state(proxy, state, "TransformerBlock")
     return proxy, state
 
@@ -381,19 +379,19 @@ def block_close(proxy, state, H, x, mask=None, norm_first=True, what="Transforme
 _PARTS: dict = {}
 
 
-def broken_parts(learner) -> list:
+def broken_parts(grading, learner) -> list:
     """The learner's own parts (MultiHeadAttention, LayerNorm, FeedForward) that give wrong results on their own."""
     if id(learner) not in _PARTS:
         broken = []
-        x = randn(2, 5, 12, seed=99)
-        x[0] = randn(5, 1, seed=95) + randn(5, 12, seed=94, scale=1e-3)         # nearly constant rows
+        x = grading.randn(2, 5, 12, seed=99)
+        x[0] = grading.randn(5, 1, seed=95) + grading.randn(5, 12, seed=94, scale=1e-3)         # nearly constant rows
         for name, args, state, expected, baseline in (
-                ("MultiHeadAttention", (12, 3), random_mha_state(12, seed=97), lambda st: oracle_mha(st, 3, x),
-                 lambda st: plain_mha(st, 3, x)),
-                ("LayerNorm", (12,), random_norm_state(12, seed=98), lambda st: torch_norm(st, x),
+                ("MultiHeadAttention", (12, 3), random_mha_state(12, grading.seeded(97)),
+                 lambda st: oracle_mha(st, 3, x), lambda st: plain_mha(st, 3, x)),
+                ("LayerNorm", (12,), random_norm_state(12, grading.seeded(98)), lambda st: torch_norm(st, x),
                  lambda st: norm_baseline(st, x)),
-                ("FeedForward", (12, 20), random_ff_state(12, 20, seed=96), lambda st: plain_ff(st, x.double()),
-                 lambda st: plain_ff(st, x))):
+                ("FeedForward", (12, 20), random_ff_state(12, 20, grading.seeded(96)),
+                 lambda st: plain_ff(st, x.double()), lambda st: plain_ff(st, x))):
             try:
                 proxy = learner.new(name, *args)
                 load_state(proxy, state, name)
@@ -411,55 +409,56 @@ def course_parts(cell, learner):
 
 
 @BLOCK
-def test_block_structure(learner):
+def test_block_structure(grading, learner):
     """submodules attn (MultiHeadAttention), ff (FeedForward), norm1 and norm2 (LayerNorm)"""
     proxy = new_block(learner, 24, 6, 40)
-    state = random_block_state(24, 40, seed=28)
+    state = random_block_state(24, 40, grading.seeded(28))
     load_exact(proxy, state, "TransformerBlock(24, 6, 40): attn = MultiHeadAttention(d_model, n_heads), "
                              "ff = FeedForward(d_model, d_ff), norm1 and norm2 = LayerNorm(d_model); it")
-    block_close(proxy, state, 6, randn(2, 7, 24, seed=29), what="TransformerBlock(24, 6, 40) with drawn weights")
+    block_close(proxy, state, 6, grading.randn(2, 7, 24, seed=29),
+                what="TransformerBlock(24, 6, 40) with drawn weights")
 
 
 @BLOCK
 @pytest.mark.weight(2)
-def test_block_pre_ln(learner):
+def test_block_pre_ln(grading, learner):
     """Pre-LN (the default) equals nn.TransformerEncoderLayer(norm_first=True), d_model = 48, 6 heads"""
-    proxy, state = block(learner, 48, 6, 80, seed=30)
-    block_close(proxy, state, 6, randn(3, 13, 48, seed=31), what="TransformerBlock(48, 6, 80)")
+    proxy, state = block(grading, learner, 48, 6, 80, seed=30)
+    block_close(proxy, state, 6, grading.randn(3, 13, 48, seed=31), what="TransformerBlock(48, 6, 80)")
 
 
 @BLOCK
 @pytest.mark.weight(2)
-def test_block_post_ln(learner):
+def test_block_post_ln(grading, learner):
     """norm_first=False equals nn.TransformerEncoderLayer(norm_first=False)"""
-    proxy, state = block(learner, 36, 4, 50, seed=32, norm_first=False)
-    block_close(proxy, state, 4, randn(2, 9, 36, seed=33), norm_first=False,
+    proxy, state = block(grading, learner, 36, 4, 50, seed=32, norm_first=False)
+    block_close(proxy, state, 4, grading.randn(2, 9, 36, seed=33), norm_first=False,
                 what="TransformerBlock(36, 4, 50, norm_first=False)")
 
 
 @BLOCK
-def test_block_mask(learner):
+def test_block_mask(grading, learner):
     """the mask reaches the attention (a causal mask, Pre-LN and Post-LN)"""
     mask = torch.ones(11, 11, dtype=torch.bool).tril()
-    x = randn(2, 11, 24, seed=34)
+    x = grading.randn(2, 11, 24, seed=34)
     for norm_first in (True, False):
-        proxy, state = block(learner, 24, 3, 40, seed=35, norm_first=norm_first)
+        proxy, state = block(grading, learner, 24, 3, 40, seed=35, norm_first=norm_first)
         block_close(proxy, state, 3, x, mask, norm_first, what=f"TransformerBlock(24, 3, 40, {norm_first})")
 
 
 @BLOCK
-def test_block_single_position(learner):
+def test_block_single_position(grading, learner):
     """seq_len = 1 works"""
-    proxy, state = block(learner, 16, 2, 24, seed=36)
-    block_close(proxy, state, 2, randn(4, 1, 16, seed=37), what="TransformerBlock(16, 2, 24)")
+    proxy, state = block(grading, learner, 16, 2, 24, seed=36)
+    block_close(proxy, state, 2, grading.randn(4, 1, 16, seed=37), what="TransformerBlock(16, 2, 24)")
 
 
 @BLOCK
-def test_block_leaves_input(learner):
+def test_block_leaves_input(grading, learner):
     """does not modify x (x = x + ..., not x += ...)"""
     for norm_first in (True, False):
-        proxy, _ = block(learner, 16, 4, 32, seed=38, norm_first=norm_first)
-        x = randn(2, 6, 16, seed=39)
+        proxy, _ = block(grading, learner, 16, 4, 32, seed=38, norm_first=norm_first)
+        x = grading.randn(2, 6, 16, seed=39)
         leaves_inputs(proxy.twice(x), [x], f"TransformerBlock(norm_first={norm_first}).forward",
                       "x += ... writes into the caller's tensor; write x = x + ...", names=["x"])
 
@@ -467,23 +466,23 @@ def test_block_leaves_input(learner):
 @BLOCK
 @pytest.mark.weight(2)
 @pytest.mark.drawn
-def test_block_on_drawn_inputs(learner, reference):
+def test_block_on_drawn_inputs(grading, learner, reference):
     """on inputs drawn for this grading: Pre-LN and Post-LN, masks of both shapes, by position or keyword"""
-    drawn(learner, reference, "TransformerBlock", 9023)
+    drawn(grading, learner, reference, "TransformerBlock", 9023)
 
 
 @BLOCK
 @pytest.mark.together
-def test_block_with_your_parts(learner, course):
+def test_block_with_your_parts(grading, learner, course):
     """with your own MultiHeadAttention, FeedForward and LayerNorm, it still equals nn.TransformerEncoderLayer"""
     mask = torch.ones(9, 9, dtype=torch.bool).tril()
-    x = randn(2, 9, 24, seed=40)
+    x = grading.randn(2, 9, 24, seed=40)
 
     def run_check():                 # built here: the block's parts are those bound when it is made
-        proxy, state = block(learner, 24, 3, 40, seed=41)
+        proxy, state = block(grading, learner, 24, 3, 40, seed=41)
         block_close(proxy, state, 3, x, mask, what="TransformerBlock(24, 3, 40)")
 
-    broken = broken_parts(learner)
+    broken = broken_parts(grading, learner)
     fix = (f"your {' and '.join(broken)} give{'s' if len(broken) == 1 else ''} wrong results on "
            f"{'its' if len(broken) == 1 else 'their'} own (see {'its' if len(broken) == 1 else 'their'} tests): "
            f"fix {'it' if len(broken) == 1 else 'them'} first") if broken else "fix the parts it uses first"

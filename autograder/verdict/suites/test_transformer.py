@@ -27,7 +27,6 @@ from .checks import (
     fast_enough,
     leaves_inputs,
     load_exact,
-    seeded,
     tensor,
     together,
 )
@@ -85,8 +84,8 @@ def course_parts(cell, learner):
     return wrong_parts(learner, _COURSE[0]) if cell == "TinyTransformer_tests" else []
 
 
-def task_offset() -> int:
-    return OFFSETS[int(torch.randint(len(OFFSETS), (1,), generator=seeded(900)))]
+def task_offset(grading) -> int:
+    return OFFSETS[int(torch.randint(len(OFFSETS), (1,), generator=grading.seeded(900)))]
 
 
 def small_model(learner, norm_first=True):
@@ -108,8 +107,8 @@ def new_model(learner, *args, **kwargs):
         raise
 
 
-def tokens(B, L, seed, low=0):
-    return torch.randint(low, SMALL["vocab_size"], (B, L), generator=seeded(seed))
+def tokens(grading, B, L, seed, low=0):
+    return torch.randint(low, SMALL["vocab_size"], (B, L), generator=grading.seeded(seed))
 
 
 def logits_of(model, x, what):
@@ -117,9 +116,9 @@ def logits_of(model, x, what):
     return tensor(model(x), what, shape=(B, L, SMALL["vocab_size"]), dtype=torch.float32)
 
 
-def copy_task(n, k, seed):
+def copy_task(grading, n, k, seed):
     """Random sequences; the target at position t >= k is the token at t - k (ignored before)."""
-    x = torch.randint(0, V, (n, T), generator=seeded(seed))
+    x = torch.randint(0, V, (n, T), generator=grading.seeded(seed))
     y = torch.full_like(x, -100)
     y[:, k:] = x[:, :-k]
     return x, y
@@ -208,11 +207,11 @@ def course_model_holding(trained: dict, course, vocab: int, d: int, n_layers: in
     return course.eval()
 
 
-def load_course_weights(model, ref_model, seed: int):
+def load_course_weights(model, ref_model, g: torch.Generator):
     """Drawn weights for every parameter of the contract (the norms' too) in the course model and, mapped by role, in
     the learner's; returns the course model."""
     ref_model.load_state_dict({**ref_model.state_dict(), **random_tiny_state(
-        SMALL["vocab_size"], SMALL["d_model"], SMALL["d_ff"], SMALL["n_layers"], seed)})
+        SMALL["vocab_size"], SMALL["d_model"], SMALL["d_ff"], SMALL["n_layers"], g)})
     state, ref_state = course_weights(model.state_dict(), ref_model.state_dict(), SMALL["vocab_size"],
                                       SMALL["d_model"], SMALL["n_layers"])
     load_exact(model, state, "TinyTransformer", contract={k: v for k, v in ref_state.items() if k != "pe"})
@@ -244,15 +243,14 @@ def course_model():
     return _COURSE[0].TinyTransformer
 
 
-def random_tiny_state(vocab: int, d: int, d_ff: int, n_layers: int, seed: int) -> dict:
-    """Drawn weights for every parameter of the contract, by the course model's names (norm weights not ones); the
-    head's bias is zero, since a head without one (GPT-2's) is right too."""
-    g = seeded(seed)
+def random_tiny_state(vocab: int, d: int, d_ff: int, n_layers: int, g: torch.Generator) -> dict:
+    """Drawn weights from `g` for every parameter of the contract, by the course model's names (norm weights not
+    ones); the head's bias is zero, since a head without one (GPT-2's) is right too."""
     state = {"embed.weight": torch.randn(vocab, d, generator=g), "norm.weight": 1 + 0.5 * torch.randn(d, generator=g),
              "norm.bias": 0.5 * torch.randn(d, generator=g),
              "head.weight": torch.randn(vocab, d, generator=g) / d ** 0.5, "head.bias": torch.zeros(vocab)}
     for i in range(n_layers):
-        state.update({f"blocks.{i}.{k}": v for k, v in random_block_state(d, d_ff, seed=seed + 10 * i + 1).items()})
+        state.update({f"blocks.{i}.{k}": v for k, v in random_block_state(d, d_ff, g).items()})
     return state
 
 
@@ -264,7 +262,7 @@ def draw_tiny(d: Draw) -> Call:
     T = d.choice((max_len, d.size(1, max_len)))
     tokens = torch.randint(0, vocab, (d.size(1, 3), T), generator=d.g)
     return Call("TinyTransformer", (tokens,), ctor=ctor, ctor_kwargs=ctor_kwargs,
-                state=random_tiny_state(vocab, D, d_ff, n_layers, d.r.randrange(1 << 30)),
+                state=random_tiny_state(vocab, D, d_ff, n_layers, d.g),
                 about="Pre-LN" if norm_first else "Post-LN")
 
 
@@ -292,7 +290,7 @@ def tiny_edges(d: Draw) -> list[Call]:
         return Call("TinyTransformer", (torch.randint(0, vocab, (2, T), generator=d.g),),
                     ctor=(vocab, D, H, d_ff, n_layers, max_len),
                     ctor_kwargs={} if norm_first else {"norm_first": False},
-                    state=random_tiny_state(vocab, D, d_ff, n_layers, d.r.randrange(1 << 30)), about=about)
+                    state=random_tiny_state(vocab, D, d_ff, n_layers, d.g), about=about)
 
     return [tiny(5, 4, 1, 8, 1, 6, 1, about="one token"),
             tiny(2, 8, 2, 16, 1, 12, 12, norm_first=False, about="max_len tokens, Post-LN")]
@@ -308,23 +306,24 @@ DRAWN = 8           # calls drawn per grading
 
 # -- the tests ------------------------------------------------------------------------------------------
 @TINY
-def test_tiny_shape(learner):
+def test_tiny_shape(grading, learner):
     """logits of shape (B, T, vocab_size) for T = 17, 1 and max_len"""
     model = small_model(learner)
     for B, L in ((3, 17), (2, 1), (2, SMALL["max_len"])):
-        out = logits_of(model, tokens(B, L, seed=L), f"the output for tokens of shape ({B}, {L})")
+        out = logits_of(model, tokens(grading, B, L, seed=L), f"the output for tokens of shape ({B}, {L})")
         check(torch.isfinite(out).all(), f"the logits for tokens of shape ({B}, {L}) contain inf or NaN")
 
 
 @TINY
 @pytest.mark.weight(2)
-def test_tiny_structure(learner, reference):
+def test_tiny_structure(grading, learner, reference):
     """with the course model's weights (every one drawn), it computes the course model's logits (Pre-LN and Post-LN)"""
     course = reference(A).TinyTransformer
     for norm_first in (True, False):
         model = new_model(learner, *SMALL.values(), norm_first=norm_first)
-        ref = load_course_weights(model, course(*SMALL.values(), norm_first=norm_first).eval(), 901 + norm_first)
-        x = tokens(3, 19, seed=902 + norm_first)
+        ref = load_course_weights(model, course(*SMALL.values(), norm_first=norm_first).eval(),
+                                  grading.seeded(901 + norm_first))
+        x = tokens(grading, 3, 19, seed=902 + norm_first)
         with torch.no_grad():
             want, plain = ref.double()(x), ref.float()(x)
         close(model(x), want, f"the logits of TinyTransformer(norm_first={norm_first}) with the course model's "
@@ -333,13 +332,14 @@ def test_tiny_structure(learner, reference):
 
 @TINY
 @pytest.mark.together
-def test_tiny_with_your_parts(learner, reference, course):
+def test_tiny_with_your_parts(grading, learner, reference, course):
     """with the parts you pasted from the earlier exercises, it computes the course model's logits"""
-    x = tokens(2, 13, seed=905)
+    x = tokens(grading, 2, 13, seed=905)
 
-    def run_check():                 # built here: the model's parts are those bound when it is made
+    def run_check():                        # built here: the model's parts are those bound when it is made
         model = new_model(learner, *SMALL.values())
-        ref = load_course_weights(model, reference(A).TinyTransformer(*SMALL.values()).eval(), 906)
+        ref = load_course_weights(model, reference(A).TinyTransformer(*SMALL.values()).eval(),
+                                  grading.seeded(906))
         with torch.no_grad():
             want, plain = ref.double()(x), ref.float()(x)
         close(model(x), want, "the logits with the course model's weights", baseline=plain, dtype=torch.float32)
@@ -360,14 +360,14 @@ def test_tiny_with_your_parts(learner, reference, course):
 
 @TINY
 @given(L=st.integers(2, 20), data=st.data(), norm_first=st.booleans())
-def test_tiny_causal(learner, L, data, norm_first):
+def test_tiny_causal(grading, learner, L, data, norm_first):
     """changing a later token never changes the logits at earlier positions (Pre-LN and Post-LN)"""
     p = data.draw(st.integers(1, L - 1), label="changed position")
     seed = data.draw(st.integers(0, 10_000), label="seed")
     model = small_model(learner, norm_first)
-    x = tokens(2, L, seed)
+    x = tokens(grading, 2, L, seed)
     changed = x.clone()
-    changed[:, p] = ((x[:, p] + 1 + torch.randint(0, SMALL["vocab_size"] - 1, (2,), generator=seeded(seed)))
+    changed[:, p] = ((x[:, p] + 1 + torch.randint(0, SMALL["vocab_size"] - 1, (2,), generator=grading.seeded(seed)))
                      % SMALL["vocab_size"])
     before = logits_of(model, x, f"the output for T = {L}")
     after = logits_of(model, changed, f"the output for T = {L}")
@@ -381,10 +381,10 @@ def test_tiny_causal(learner, L, data, norm_first):
 
 
 @TINY
-def test_tiny_order_matters(learner):
+def test_tiny_order_matters(grading, learner):
     """the order of earlier tokens changes later logits: positions are added"""
     model = small_model(learner)
-    x = tokens(3, 12, seed=5, low=3)
+    x = tokens(grading, 3, 12, seed=5, low=3)
     x[:, 0], x[:, 1] = 1, 2
     swapped = x.clone()
     swapped[:, 0], swapped[:, 1] = 2, 1
@@ -397,16 +397,16 @@ def test_tiny_order_matters(learner):
 @TINY
 @pytest.mark.weight(2)
 @pytest.mark.drawn
-def test_tiny_on_drawn_inputs(learner, reference):
+def test_tiny_on_drawn_inputs(grading, learner, reference):
     """on inputs drawn for this grading: Pre-LN and Post-LN, 1 to 3 layers, any sizes, every weight drawn"""
     check_drawn(learner, vars(reference(A)), "TinyTransformer", CONTRACT["TinyTransformer"],
-                seeded(9031).initial_seed(), DRAWN)
+                grading.seeded(9031).initial_seed(), DRAWN)
 
 
 @TINY
-def test_tiny_leaves_input(learner):
+def test_tiny_leaves_input(grading, learner):
     """does not modify tokens"""
-    x = tokens(2, 7, seed=6)
+    x = tokens(grading, 2, 7, seed=6)
     leaves_inputs(small_model(learner).twice(x), [x], "TinyTransformer.forward", names=["tokens"])
 
 
@@ -416,21 +416,21 @@ def accuracy(logits, y, k) -> float:
 
 @TINY
 @pytest.mark.weight(3)
-def test_tiny_trains(learner, reference):
+def test_tiny_trains(grading, learner, reference):
     """learns to repeat the token a few places back (an offset drawn for this grading): accuracy >= 0.9 on new
     sequences after 400 training steps, from near chance before, measured in the course's model holding the weights
     your training left in the contract's parameters"""
-    k = task_offset()
-    learner.seed(int(torch.randint(1 << 30, (1,), generator=seeded(903))))
+    k = task_offset(grading)
+    learner.seed(int(torch.randint(1 << 30, (1,), generator=grading.seeded(903))))
     model = new_model(learner, V, D_MODEL, N_HEADS, D_FF, N_LAYERS, T)
-    xe, ye = copy_task(1024, k, seed=13)
+    xe, ye = copy_task(grading, 1024, k, seed=13)
     untrained = accuracy(tensor(model(xe), "the output of the untrained model", shape=(1024, T, V)), ye, k)
     check(untrained < BEFORE, f"before any training your model already repeats the token {k} places back with accuracy "
                               f"{untrained:.2f}: the hidden task is drawn when grading, and the model must learn it "
                               "from the data, not know it")
-    x, y = copy_task(4096, k, seed=11)
+    x, y = copy_task(grading, 4096, k, seed=11)
     model.train(x, y, steps=STEPS, batch_size=BATCH, lr=LR,
-                seed=int(torch.randint(1 << 30, (1,), generator=seeded(904))),
+                seed=int(torch.randint(1 << 30, (1,), generator=grading.seeded(904))),
                 timeout=config.current().train_timeout)
     # What training left in the contract's weights, judged in the course's model: nothing the learner's model
     # holds outside them (a parameter of its own, a hook, a tensor subclass) reaches this accuracy.
