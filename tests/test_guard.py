@@ -27,12 +27,12 @@ def load(*sources: str, library: str | None = policy.COURSE_LIBRARY, errors: lis
     pol.prepare()
     ns = guard.learner_module(pol).__dict__
     ns.update(names)
-    for _cell, code, error in guard.compile_cells([{"id": f"cell-{i}", "source": s}
-                                                  for i, s in enumerate((setup, *sources))]):
+    for _cell, codes, error in guard.compile_cells([{"id": f"cell-{i}", "source": s}
+                                                   for i, s in enumerate((setup, *sources))]):
         try:
             if error is not None:
                 raise error
-            exec(code, ns)
+            guard.run_statements(codes, ns, ns.setdefault("__skipped__", []))
         except Exception as e:
             if errors is None:
                 raise
@@ -47,10 +47,16 @@ def qkv():
 
 def refused(*sources: str, call: str = "scaled_dot_product_attention") -> bool:
     """Whether running `sources` (then calling `call` on q, k, v, and `f` on q when a source defined one) meets a
-    refusal of the policy."""
+    refusal of the policy (at a cell's top level, it skips the statement: guard.run_cell)."""
     q, k, v = qkv()
     try:
-        ns = load(*sources, things=[torch.nn.functional], name="scaled_dot_product_attention", q=q, k=k, v=v, x=q)
+        errors: list = []
+        ns = load(*sources, errors=errors, things=[torch.nn.functional], name="scaled_dot_product_attention", q=q,
+                  k=k, v=v, x=q)
+        if ns.get("__skipped__") or any(isinstance(e, REFUSALS) for e in errors):   # a top-level one: skipped
+            return True
+        if errors:
+            return False
         if call in ns:
             ns[call](q, k, v)
         if callable(ns.get("f")):
@@ -85,6 +91,17 @@ def test_no_obfuscated_route_runs(module, bindings, lookup):
 # The red teams' routes into the worker's insides and to the library versions (issue: the ban enforced while the code
 # runs), each as its notebook wrote it.
 RED_TEAM = {
+    "a real metaclass through typing.Type[int]'s __mro_entries__": (
+        "import typing\nclass _Meta(typing.Type[int]):\n    pass\n"
+        "def f(q):\n    return _Meta('C', (), {'__array_interface__': {}})\n"),
+    "str.format reading a traceback's frames": (
+        "def f(q):\n    try:\n        raise ValueError()\n    except ValueError as e:\n"
+        "        return '{0.__traceback__.tb_frame.f_back.f_locals}'.format(e)\n"),
+    "str.format_map reading a function's globals": (
+        "def f(q):\n    return '{a.forward.__globals__}'.format_map({'a': torch.nn.Linear(1, 1)})\n"),
+    "str.format unbound, through super() of a str of its own": (
+        "class S(str):\n    def g(self, e):\n        return super().format(e)\n"
+        "def f(q):\n    return S('{0.__traceback__}').g(ValueError()), str.format('{0.__class__.__mro__}', 1)\n"),
     "a generator's frame chain up to the worker's main()": (
         "def _g():\n    yield 1\n"
         "def scaled_dot_product_attention(q, k, v, mask=None):\n"
@@ -250,8 +267,8 @@ def test_a_module_outside_the_allow_list_answers_nothing_however_it_was_reached(
     """A module a call returned (torch.backends.opt_einsum.get_opt_einsum gives one) meets the import's allow-list."""
     import sys
 
-    with pytest.raises(guard.PolicyError, match="the module sys"):
-        load("m = given.modules\n", given=sys)
+    (line, e), = load("m = given.modules\n", given=sys)["__skipped__"]     # at a cell's top level: skipped
+    assert isinstance(e, guard.PolicyError) and "the module sys" in str(e) and line == 1
 
 
 def test_a_refused_library_version_names_itself_and_the_rest_is_the_policy_s():
@@ -263,8 +280,8 @@ def test_a_refused_library_version_names_itself_and_the_rest_is_the_policy_s():
     with pytest.raises(guard.RefusedError, match="scaled_dot_product_attention") as e:
         ns["f"](q)
     assert not isinstance(e.value, guard.PolicyError)
-    with pytest.raises(guard.PolicyError, match="importing os"):
-        load("import os\n")
+    (_, e), = load("import os\n")["__skipped__"]
+    assert isinstance(e, guard.PolicyError) and "importing os" in str(e)
 
 
 def test_course_code_may_use_the_library_learner_code_may_not():
@@ -284,6 +301,12 @@ def test_generated_honest_code_runs(idioms):
 
 
 HONEST = {
+    "str.format and format_map with specs, conversions, indexes and attributes": (
+        "t = torch.zeros(2, 3)\nclass D(dict):\n    def __missing__(self, k):\n        return '?' + k\n"
+        "assert '{:.3f}'.format(1.23456) == '1.235' and '{0} {name} {0!r:>6}'.format('a', name=2) == \"a 2    'a'\"\n"
+        "assert '{a[0]} {x.shape}'.format(a=[1], x=t) == '1 torch.Size([2, 3])' and str.format('{}', 1) == '1'\n"
+        "assert '{a} {b}'.format_map(D(a=1)) == '1 ?b' and '{:{w}d}'.format(5, w=4) == '   5'\n"
+        "assert list(map('{:02d}'.format, range(2))) == ['00', '01']\n"),
     "a plot and a seeded self-check at the end of a cell": (
         "import matplotlib\nimport matplotlib.pyplot as plt\nimport numpy as np\nnp.random.seed(0)\n"
         "fig, ax = plt.subplots()\nax.plot(np.linalg.norm(np.random.randn(3, 4), axis=1))\nplt.close(fig)\n"),
@@ -377,3 +400,16 @@ def test_every_known_answer_runs_under_the_policy(asg):
                 assert "library" in " ".join(variant.fails.values()), variant.name     # the mistake is its use
                 continue
             assert got.get("raised") == want.get("raised"), (variant and variant.name, str(call), got, want)
+
+
+def test_a_statement_the_policy_refuses_at_a_cell_s_top_level_is_skipped_and_the_cell_goes_on():
+    """A self-check against the library version before the part, in the part's cell: in Jupyter the cell runs on, so
+    here the refused statement alone is skipped (its line said), and the class after it is defined."""
+    ns = load("def _norm(x):\n    return x - x.mean(-1, keepdim=True)\n\n"
+              "_x = torch.randn(2, 8)\nassert torch.allclose(_norm(_x), torch.nn.functional.layer_norm(_x, (8,)))\n"
+              "class LayerNorm(nn.Module):\n    pass\n")
+    (line, e), = ns["__skipped__"]
+    assert line == 5 and "torch.nn.functional.layer_norm" in str(e) and "LayerNorm" in ns
+    errors: list = []
+    ns = load("assert torch.nn.functional.layer_norm is None\nx = undefined_name\ny = 1\n", errors=errors)
+    assert len(ns["__skipped__"]) == 1 and isinstance(errors[0], NameError) and "y" not in ns   # any other error

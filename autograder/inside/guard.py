@@ -18,13 +18,16 @@ The rewriting keeps line numbers, so a traceback names the learner's lines. This
 imports nothing of the course, and the worker removes it from `sys.modules` before learner code runs.
 """
 from __future__ import annotations
+import __future__
 
+import _string
 import ast
 import builtins
 import enum
 import keyword
 import operator
 import re
+import string
 import sys
 import types
 import weakref
@@ -203,6 +206,9 @@ class Policy:
 
     def checked(self, value, what: str):
         """`value` as learner code may hold it: an allowed module, or anything the policy does not deny."""
+        if (type(value) is types.BuiltinMethodType and isinstance(value.__self__, str)
+                and value.__name__ in ("format", "format_map")) or value is str.format or value is str.format_map:
+            return self.formatting(value)
         if isinstance(value, types.ModuleType):
             name = getattr(value, "__name__", None)
             if type(name) is not str or not self.allowed_module(name):
@@ -349,12 +355,50 @@ class Policy:
             out.append(self.checked(value, n))
         return tuple(out)
 
+    def formatting(self, method):
+        """str.format or str.format_map (bound to a string, or not) as learner code gets it: Python's own read each
+        field's attributes and items (`{0.__traceback__.tb_frame}`) in C, past the guards; these read each through
+        them, as the learner's own code would."""
+        policy, bound = self, getattr(method, "__self__", None)
+        name = method.__name__
+
+        class Fields(string.Formatter):
+            def get_field(self, field_name, args, kwargs):
+                first, rest = _string.formatter_field_name_split(field_name)
+                obj = self.get_value(first, args, kwargs)
+                for is_attr, key in rest:
+                    obj = policy.getattr(obj, key) if is_attr else obj[key]
+                return obj, first
+
+        def format(*args, **kwargs):
+            template, args = (bound, args) if isinstance(bound, str) else (args[0], args[1:])
+            if type(template) is not str and not isinstance(template, str):
+                raise TypeError(f"descriptor '{name}' requires a 'str' object")
+            if name == "format_map":
+                (mapping,) = args
+                return Fields().vformat(template, (), mapping)
+            return Fields().vformat(template, args, kwargs)
+
+        format.__name__ = format.__qualname__ = name
+        return format
+
     def build_class(self, func, name, *bases, **kw):
+        # What a base's __mro_entries__ puts in its place meets the policy as a base named in the source does:
+        # typing.Type[int] stands for Python's own `type`, a metaclass of any namespace.
+        for base in types.resolve_bases(bases):
+            if any(base is b for b in bases):
+                continue                                   # one the learner's code holds: it met the policy
+            if isinstance(base, type) and issubclass(base, type) and self.type_ not in type.__dict__["__mro__"].__get__(
+                    base):
+                _refuse(f"a class derived from {getattr(base, '__name__', '?')}, which makes classes of any namespace")
+            self.checked(base, "a base class")
         cls = builtins.__build_class__(func, name, *bases, **kw)
         self._own_class(cls)
         return cls
 
     def _own_class(self, cls):
+        if issubclass(cls, type) and self.type_ not in type.__dict__["__mro__"].__get__(cls):
+            _refuse("a metaclass not derived from the policy's type")      # it would make classes of any namespace
         space = vars(cls)
         raw = [n for n in CLASS_REFUSED.intersection(space) if space[n] is not _NO_RAW_MEMORY]
         if raw:
@@ -748,9 +792,10 @@ class _Rewrite(ast.NodeTransformer):
         return ast.copy_location(ast.Assign(targets=[targets], value=value), node)
 
 
-def compile_cell(source: str, filename: str):
-    """The cell's code, rewritten so that the policy holds while it runs (CellRefused, a SyntaxError, when the cell
-    names what the policy refuses or holds a construct it does not rewrite)."""
+def compile_cell(source: str, filename: str) -> list[types.CodeType]:
+    """The cell's top-level statements, each compiled on its own and rewritten so that the policy holds while it runs
+    (CellRefused, a SyntaxError, when the cell names what the policy refuses or holds a construct it does not
+    rewrite): the worker runs them in turn, as one cell, and skips one the policy refuses (compile_cells)."""
     tree = ast.parse(source, filename)
     try:
         lazy = any(isinstance(s, ast.ImportFrom) and s.module == "__future__" and not s.level
@@ -760,7 +805,20 @@ def compile_cell(source: str, filename: str):
         e.filename = filename
         raise
     ast.fix_missing_locations(tree)
-    return compile(tree, filename, "exec", dont_inherit=True)
+    compile(tree, filename, "exec", dont_inherit=True)       # the whole cell's errors (a misplaced __future__ import)
+    flags = __future__.annotations.compiler_flag if lazy else 0
+    return [compile(ast.Module([stmt], []), filename, "exec", flags=flags, dont_inherit=True) for stmt in tree.body]
+
+
+def run_statements(codes: list, ns: dict, skipped: list):
+    """Run a cell's statements (compile_cell's) in turn in `ns`; one that the policy refuses at the cell's top level
+    (a self-check against the library version, say: in Jupyter it runs) is skipped, and the cell goes on: its (first
+    line, refusal) is added to `skipped`. Any other exception stops the cell, as in Jupyter."""
+    for code in codes:
+        try:
+            exec(code, ns)
+        except RefusedError as e:
+            skipped.append((min((line for *_, line in code.co_lines() if line), default=1), e))
 
 
 def learner_module(policy: Policy | None) -> types.ModuleType:
@@ -775,21 +833,23 @@ def learner_module(policy: Policy | None) -> types.ModuleType:
 
     def run_cell(source: str):
         """A cell's code that an IPython cell magic runs (`%%time`), compiled as the cells are."""
-        exec(compile_cell(str(source), "<cell magic>"), ns)
+        run_statements(compile_cell(str(source), "<cell magic>"), ns, [])
 
     ns["__builtins__"] = policy.builtins(run_cell)
     return module
 
 
-def compile_cells(cells: list[dict], guarded: bool = True) -> list[tuple[dict, object, BaseException | None]]:
-    """Each cell ({"id", "source"}) compiled with the guards (or, not `guarded`, as it is), before any of them runs:
-    (cell, code, None), or (cell, None, why it does not compile)."""
-    out: list[tuple[dict, object, BaseException | None]] = []
+def compile_cells(cells: list[dict], guarded: bool = True) -> list[tuple[dict, list, BaseException | None]]:
+    """Each cell ({"id", "source"}) compiled with the guards, a code object per top-level statement (or, not
+    `guarded`, as it is, in one), before any of them runs: (cell, codes, None), or (cell, [], why it does not
+    compile). Where the policy refuses what a statement at a cell's top level reaches (a self-check against the
+    library version, say), that statement is skipped and the cell goes on: in Jupyter it would have run."""
+    out: list[tuple[dict, list, BaseException | None]] = []
     for cell in cells:
         name = f"<cell {cell['id']}>"
         try:
             out.append((cell, compile_cell(cell["source"], name) if guarded
-                        else compile(cell["source"], name, "exec", dont_inherit=True), None))
+                        else [compile(cell["source"], name, "exec", dont_inherit=True)], None))
         except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
-            out.append((cell, None, e))
+            out.append((cell, [], e))
     return out

@@ -563,8 +563,8 @@ def main():
     # Learner code may print to stderr: from here on it goes to /dev/null, what came before (import
     # errors of the worker itself) stays in the grading log.
     os.dup2(devnull, 2)
-    cell_errors = []
-    for cell, code, error in compiled:
+    cell_errors, skipped = [], []
+    for cell, codes, error in compiled:
         send({"loading": cell["id"]})
         # the cell's source where inspect finds it (tracebacks show its lines; Triton's @triton.jit reads it)
         linecache.cache[f"<cell {cell['id']}>"] = (len(cell["source"]), None, cell["source"].splitlines(True),
@@ -572,11 +572,15 @@ def main():
         try:
             if error is not None:
                 raise error
-            exec(code, ns)
+            refusals: list = []
+            try:
+                guard.run_statements(codes, ns, refusals)
+            finally:                                     # refused at the cell's top level: skipped
+                skipped += [{"cell": cell["id"], "line": line, **_error(e)} for line, e in refusals]
         except BaseException as e:  # noqa: BLE001 - SystemExit, KeyboardInterrupt too: record and go on
             cell_errors.append({"cell": cell["id"], **_error(e)})
     worker = Worker(ns, send, receive, refused)
-    send({"ready": True, "cell_errors": cell_errors})
+    send({"ready": True, "cell_errors": cell_errors, "skipped": skipped})
     while True:
         try:
             req = receive()

@@ -302,9 +302,7 @@ class Learner:
         assert self.proc is not None and self.proc.stdout is not None       # a worker was started
         try:
             message, size = read_frame(self.proc.stdout.fileno(), time.monotonic() + timeout,
-                                       max_payload=self.settings.max_frame_bytes)
-            if self.seal is not None and (not isinstance(message, dict) or message.pop("seal", None) != self.seal):
-                raise ProtocolError("a message without the worker's seal: your code wrote into the grader's pipe")
+                                       max_payload=self.settings.max_frame_bytes, seal=self.seal)
             self.grading.largest_frame = max(self.grading.largest_frame, size)
             return message
         except TimeoutError:
@@ -397,13 +395,15 @@ class Learner:
         return resp
 
     def failed_cells(self) -> str:
-        """What stopped the learner's cells when the worker ran them, said beside a name they did not define."""
+        """What stopped the learner's cells when the worker ran them, and the statements it skipped (what the policy
+        refused at a cell's top level), said beside a name they did not define."""
         errors = [e for e in (self.ready.get("cell_errors") or []) if isinstance(e, dict)][:3]
-        if not errors:
-            return ""
-        said = "; ".join(f"cell {str(e.get('cell'))[:60]} stopped with {str(e.get('type'))[:60]}: "
-                         f"{str(e.get('message'))[:300]}" for e in errors)
-        return f" (when the grader ran your notebook's code: {said})"
+        skipped = [e for e in (self.ready.get("skipped") or []) if isinstance(e, dict)][:3]
+        said = [f"cell {str(e.get('cell'))[:60]} stopped with {str(e.get('type'))[:60]}: {str(e.get('message'))[:300]}"
+                for e in errors]
+        said += [f"the statement at line {str(e.get('line'))[:10]} of cell {str(e.get('cell'))[:60]} was not run: "
+                 f"{str(e.get('message'))[:300]}" for e in skipped]
+        return f" (when the grader ran your notebook's code: {'; '.join(said)})" if said else ""
 
     @contextlib.contextmanager
     def course_parts(self, names: list[str], server: Learner):

@@ -118,6 +118,19 @@ def bug(name: str, cells: dict, cause: str, together: str = "", about: str = "")
 
 LN_OWN = "your LayerNorm gives wrong results on its own"
 FF_OWN = "your FeedForward gives wrong results on its own"
+# The self-check first, of a helper, then the class: where the grader refuses the library call, that statement alone
+# is skipped and the cell goes on, as in Jupyter it runs on (autograder.inside.guard.run_statements).
+LN_CHECKED_FIRST = """def _norm(x, eps=1e-5):
+    mean = x.mean(dim=-1, keepdim=True)
+    return (x - mean) / torch.sqrt(((x - mean) ** 2).mean(dim=-1, keepdim=True) + eps)
+
+
+_x = torch.randn(2, 5, 8)
+assert torch.allclose(_norm(_x), torch.nn.functional.layer_norm(_x, (8,)), atol=1e-5)
+
+
+""" + LN_RSQRT
+
 
 VARIANTS = [
     Correct("rsqrt_and_modules",
@@ -127,6 +140,8 @@ VARIANTS = [
             "mean and variance from sums, the residual stream named resid_pre / resid_mid / resid_post"),
     Correct("self_checked_layernorm", {"LayerNorm": LN_SELF_CHECKED},
             "a self-check against F.layer_norm and a print under `if DEBUG:`, run when the cell runs"),
+    Correct("self_check_before_layernorm", {"LayerNorm": LN_CHECKED_FIRST},
+            "a helper checked against F.layer_norm before the class, in the same cell, run when the cell runs"),
     Correct("ff_sequential_aliases", {"FeedForward": FF_SEQUENTIAL_ALIASES},
             "linear1 and linear2 kept, and listed again in an nn.Sequential: more names in state_dict, the same "
             "layers"),
