@@ -14,6 +14,7 @@ worker that sends a frame of 512 MiB is refused without reading it.
 import csv
 import dataclasses
 import io
+import json
 import os
 import re
 import struct
@@ -232,3 +233,33 @@ def test_a_frame_s_tensors_are_read_back_by_safetensors_as_they_were(specs):
     back = protocol.decode(frame[4:4 + hlen], frame[4 + hlen + 8:])
     assert all(torch.equal(a, b) and a.dtype == b.dtype for a, b in zip(back["x"], tensors.values()))
     assert torch.equal(back["again"], tensors["t0"])
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                        st.sampled_from(["$t", "$tuple", "$dict", "$float", "$dtype", "$device", "$meta", "seal",
+                                         "shape", "dtype", "x"]), inner, max_size=3), max_leaves=12),
+       st.binary(max_size=64))
+def test_whatever_bytes_a_frame_carries_a_reader_raises_only_protocol_error(message, payload):
+    """Learner code can write into the worker's pipe: any header and payload, valid JSON or not, sealed or not, reads
+    as a message or a ProtocolError (the worker's death, charged to the learner), never another exception in the
+    trusted process; an unsealed one is refused before its payload is read."""
+    header = json.dumps(message).encode() if not isinstance(message, float) else b"{"
+    for seal in (None, "key"):
+        try:
+            got = protocol.decode(header, payload, seal)
+        except protocol.ProtocolError:
+            continue
+        assert seal is None or message.get("$dict", {}).get("seal") == seal, got
+
+
+def test_an_unsealed_frame_is_refused_before_its_payload_is_read():
+    frame = protocol.encode({"x": torch.ones(3), "seal": "key"})
+    (hlen,) = struct.unpack("<I", frame[:4])
+    header, payload = frame[4:4 + hlen], frame[4 + hlen + 8:]
+    assert torch.equal(protocol.decode(header, payload, "key")["x"], torch.ones(3))
+    with pytest.raises(protocol.ProtocolError, match="without the worker's seal"):
+        protocol.decode(header, b"not safetensors", "another key")
+    with pytest.raises(protocol.ProtocolError, match="malformed message: SafetensorError"):
+        protocol.decode(header, b"not safetensors", "key")

@@ -92,10 +92,30 @@ def encode(obj) -> bytes:
     return struct.pack("<I", len(header)) + header + struct.pack("<Q", len(payload)) + payload
 
 
-def decode(header: bytes, payload: bytes):
+def decode(header: bytes, payload: bytes, seal: str | None = None):
+    """The message a frame carries; with `seal`, only one whose header holds it (taken out), checked before anything
+    of the payload is read. Whatever is wrong with the bytes is a ProtocolError: a reader takes them from a pipe
+    that learner code can write to."""
+    try:
+        return _decode(header, payload, seal)
+    except ProtocolError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any fault of the bytes: safetensors', torch's, a type the JSON holds
+        raise ProtocolError(f"malformed message: {type(e).__name__}: {str(e)[:200]}") from None
+
+
+def _decode(header: bytes, payload: bytes, seal: str | None):
     import torch
     from safetensors.torch import load
 
+    try:
+        message = json.loads(header)
+    except (ValueError, RecursionError) as e:
+        raise ProtocolError(f"malformed message: {e}") from None
+    if seal is not None:                   # a sealed message is a dict ({"$dict": {..., "seal": seal}})
+        fields = message.get("$dict") if isinstance(message, dict) and set(message) == {"$dict"} else None
+        if not isinstance(fields, dict) or fields.pop("seal", None) != seal:
+            raise ProtocolError("a message without the worker's seal: your code wrote into the grader's pipe")
     tensors = load(payload) if payload else {}
 
     def dec(o):
@@ -133,8 +153,8 @@ def decode(header: bytes, payload: bytes):
         return dtype
 
     try:
-        return dec(json.loads(header))
-    except (ValueError, RecursionError) as e:
+        return dec(message)
+    except RecursionError as e:
         raise ProtocolError(f"malformed message: {e}") from None
 
 
@@ -164,8 +184,8 @@ def read_message(fd: int, deadline: float | None = None, max_payload: int = MAX_
 
 
 def read_frame(fd: int, deadline: float | None = None, max_payload: int = MAX_PAYLOAD,
-               max_header: int = MAX_HEADER) -> tuple[object, int]:
-    """One frame as `read_message` reads it, and its size in bytes."""
+               max_header: int = MAX_HEADER, seal: str | None = None) -> tuple[object, int]:
+    """One frame as `read_message` reads it (with `seal`, one that holds it: `decode`), and its size in bytes."""
     (hlen,) = struct.unpack("<I", _read_exact(fd, 4, deadline))
     if hlen > max_header:
         raise ProtocolError(f"message header of {hlen} bytes is too large")
@@ -174,7 +194,7 @@ def read_frame(fd: int, deadline: float | None = None, max_payload: int = MAX_PA
     if plen > max_payload:
         raise ProtocolError(f"message payload of {plen} bytes is too large (at most {max_payload})")
     payload = _read_exact(fd, plen, deadline)
-    return decode(header, payload), 12 + hlen + plen
+    return decode(header, payload, seal), 12 + hlen + plen
 
 
 def write_message(fd: int, obj) -> None:
