@@ -66,14 +66,17 @@ FAMILIES = ("strided", "changed", "float64", "meta", "train")
 
 
 def strided(a):
-    """`a` with the same values in memory that is not contiguous, as a caller's view of a transposed tensor or a slice
-    is: the last two dimensions transposed in memory, or every other element of a wider tensor (a 1-D one)."""
+    """`a` with the same values in memory that is not contiguous, as a caller's view of a transposed tensor (heads
+    split by `transpose(1, 2)`, say) or a slice is: every dimension in the reverse order in memory, so that no two
+    neighbours merge (`view` fails wherever `reshape` would copy) and the last is not the densest; or, with one
+    dimension of more than one element, every other element of a wider tensor."""
     import torch
 
     if not isinstance(a, torch.Tensor) or a.dim() == 0 or a.numel() < 2 or a.device.type == "meta":
         return a
-    if a.dim() >= 2 and a.shape[-1] > 1 and a.shape[-2] > 1:
-        out = a.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if sum(n > 1 for n in a.shape) >= 2:
+        order = list(range(a.dim()))[::-1]
+        out = a.permute(order).contiguous().permute(order)
     else:
         wide = torch.zeros(*a.shape[:-1], 2 * a.shape[-1], dtype=a.dtype, device=a.device)
         wide[..., ::2] = a

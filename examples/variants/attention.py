@@ -2,15 +2,21 @@
 from autograder.authoring.variants import Bug, Correct
 
 SDPA_SOFTMAX = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    dtype = q.dtype
+    if dtype in (torch.float16, torch.bfloat16):                      # float32 inside, as the notebook asks
+        q, k, v = q.float(), k.float(), v.float()
     scores = torch.einsum("...id,...jd->...ij", q, k) / math.sqrt(q.size(-1))
     if mask is not None:
         scores = scores.masked_fill(mask.logical_not(), float("-inf"))
     weights = torch.softmax(scores, dim=-1)
     weights = torch.nan_to_num(weights, nan=0.0)
-    return torch.einsum("...ij,...jd->...id", weights, v), weights
+    return torch.einsum("...ij,...jd->...id", weights, v).to(dtype), weights.to(dtype)
 '''
 
 SDPA_WHERE = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    dtype = q.dtype
+    if dtype in (torch.float16, torch.bfloat16):                      # float32 inside, as the notebook asks
+        q, k, v = q.float(), k.float(), v.float()
     d = q.shape[-1]
     scores = torch.matmul(q, k.transpose(-1, -2)) * d ** -0.5
     if mask is None:
@@ -22,7 +28,7 @@ SDPA_WHERE = '''def scaled_dot_product_attention(q, k, v, mask=None):
     scores = scores - scores.max(dim=-1, keepdim=True).values
     e = scores.exp() * mask
     weights = e / e.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(q.dtype).tiny)
-    return torch.matmul(weights, v), weights
+    return torch.matmul(weights, v).to(dtype), weights.to(dtype)
 '''
 
 CAUSAL_ARANGE = '''def causal_mask(seq_len, device=None):
@@ -157,6 +163,9 @@ def blockwise_attention(q, k, v, causal=False, block_size=64):
 '''
 
 SDPA_QUERY_LOOP = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    dtype = q.dtype
+    if dtype in (torch.float16, torch.bfloat16):                      # float32 inside, as the notebook asks
+        q, k, v = q.float(), k.float(), v.float()
     rows, weights = [], []
     for i in range(q.shape[-2]):                                      # one query position at a time
         s = q[..., i:i + 1, :] @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
@@ -165,7 +174,7 @@ SDPA_QUERY_LOOP = '''def scaled_dot_product_attention(q, k, v, mask=None):
         w = torch.softmax(s, dim=-1).nan_to_num(0.0)
         rows.append(w @ v)
         weights.append(w)
-    return torch.cat(rows, dim=-2), torch.cat(weights, dim=-2)
+    return torch.cat(rows, dim=-2).to(dtype), torch.cat(weights, dim=-2).to(dtype)
 '''
 
 # MultiHeadAttention computing its attention inline, one query position at a time, never calling the course's

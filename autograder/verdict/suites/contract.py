@@ -132,14 +132,17 @@ def _args(args, kwargs) -> str:
 class Promises:
     """What a part's notebook promises beyond its own rules, which the families check on every part alike
     (autograder.verdict.suites.families): the floating dtypes beyond float32 and float64 its tensor arguments may
-    have, each answered at its own precision; whether gradients reach every floating argument and every parameter;
-    and the edge calls every grading holds (one key, one head, width 1, length 1, the largest sizes)."""
+    have, each answered at its own precision, with the calls where a lower precision loses the most (positions past
+    256, scores near 1e3, rows near 1e4: `precise`, checked at every grading in each of those dtypes and, for a module,
+    after `.to(torch.float64)`); whether gradients reach every floating argument and every parameter; and the edge
+    calls every grading holds (one key, one head, width 1, length 1, the largest sizes)."""
 
     module: bool = False                 # an nn.Module (made, given a state, then called)
     takes: str = "floats"                # what its calls pass: "floats" (floating tensors), "tensors", "sizes"
     low_precision: tuple = ()
     differentiable: bool = True
     edges: Callable[[Draw], list[Call]] | None = None
+    precise: Callable[[Draw], list[Call]] | None = None
 
 
 @dataclass
@@ -440,11 +443,12 @@ def check_drawn(learner, ns: dict, name: str, part: Part, seed: int, count: int)
                             *explain_outcome(learner, part, call, got, expected))
 
 
-def scores_slack(call: Call) -> float:
+def scores_slack(call: Call, inside: torch.dtype | None = None) -> float:
     """What any order of computation may err by on softmax attention whose scores are large: a score is only known to
-    eps * |score|, and so each weight, times |v|."""
+    eps * |score| at the precision it is computed at (the arguments', unless the notebook says `inside`), and so each
+    weight, times |v|."""
     q, k, v = call.args[:3]
     if not q.numel() or not k.numel() or not v.numel():
         return 0.0
     scores = (q.double() @ k.double().transpose(-2, -1)).abs().max() / math.sqrt(q.shape[-1])
-    return 4 * torch.finfo(q.dtype).eps * float(scores) * float(v.double().abs().max())
+    return 4 * torch.finfo(inside or q.dtype).eps * float(scores) * float(v.double().abs().max())

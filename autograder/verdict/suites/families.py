@@ -38,7 +38,7 @@ from .contract import (
 EDGES, CALLS = 2, 1            # per family, part and grading: the first edge calls it applies to, then drawn calls
 # What each family's failure says first: how the call was made.
 SAID = {
-    "strided": "on arguments that are not contiguous in memory (as a view of a transposed tensor is)",
+    "strided": "on arguments that are not contiguous in memory (as a view of a transposed or permuted tensor is)",
     "changed": "called again after the caller changed the first call's result in place (a result must not be shared "
                "with an argument or with another call)",
     "float64": "after .to(torch.float64), on float64 inputs (every tensor the module uses must move with it: keep "
@@ -190,7 +190,11 @@ def check(side, ns: dict, part: Part, family: str, seed: int):
         return _low_precision(side, ns, part, seed)
     if family == "gradients":
         return _gradients(side, ns, part, seed)
-    for plain, call, expected in calls_for(part, ns, family, seed):
+    calls = calls_for(part, ns, family, seed)
+    if family == "float64" and part.promises.precise:       # a module moved to float64 answers at its precision
+        precise = [(c, _cast(c, torch.float64)) for c in part.promises.precise(Draw(seed))]
+        calls = [(plain, call, expected_of(part, call, ns, family="float64")) for plain, call in precise] + calls
+    for plain, call, expected in calls:
         got = side.remade(call, seed) if family == "state_dict" else side.run(call, family)
         wrong = expected.judge(call, got)
         if wrong:
@@ -200,8 +204,10 @@ def check(side, ns: dict, part: Part, family: str, seed: int):
 
 
 def _low_precision(side, ns: dict, part: Part, seed: int):
+    """In each promised dtype, the calls where it loses the most (the promises' `precise`), then the family's own."""
+    precise = part.promises.precise(Draw(seed)) if part.promises.precise else []
     for k, dtype in enumerate(part.promises.low_precision):
-        for plain, _, _ in calls_for(part, ns, "low precision", seed + 31 * k):
+        for plain in [*precise, *(c for c, _, _ in calls_for(part, ns, "low precision", seed + 31 * k))]:
             call = _cast(plain, dtype)
             expected = expected_of(part, call, ns)
             if "raised" in expected.outcome or _overflows(expected):
@@ -328,7 +334,7 @@ def _test(suite: str, part_name: str, family: str, label: int, cell: str):
 
 
 FAMILY_DOCS = {
-    "strided": "arguments that are not contiguous in memory (a view of a transposed tensor)",
+    "strided": "arguments that are not contiguous in memory (a view of a transposed or permuted tensor)",
     "changed": "a fresh result at every call: changing one result changes no argument and no later result",
     "low precision": "float16 and bfloat16 arguments, answered in their dtype at its precision",
     "gradients": "gradients reach every floating argument and parameter, as autograd gives them",

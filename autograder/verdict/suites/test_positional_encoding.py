@@ -100,8 +100,11 @@ def draw_rope(d: Draw) -> Call:
 
 
 def rope_slack(call: Call) -> float:
+    """Angles known to float32's precision for float16 and bfloat16 x (the notebook rotates those in float32), to x's
+    own otherwise."""
     x = call.args[0]
-    return angle_slack(x.shape[-2], x.dtype) * float(x.double().abs().max()) if x.numel() else 0.0
+    at = torch.float32 if x.dtype in LOW else x.dtype
+    return angle_slack(x.shape[-2], at) * float(x.double().abs().max()) if x.numel() else 0.0
 
 
 def vary_rope(call: Call, d: Draw) -> Call:
@@ -129,6 +132,12 @@ def rope_edges(d: Draw) -> list[Call]:
             Call("rope", (d.randn(5, 2),)), Call("rope", (d.randn(2, 3000, 4),), about="3,000 positions")]
 
 
+def rope_precise(d: Draw) -> list[Call]:
+    """Where float16 and bfloat16 lose the most: positions past 256 (bfloat16 counts no further in steps of 1) and
+    past 2,048 (float16), as the positions of a long sequence."""
+    return [Call("rope", (d.randn(1, 2100, 4),), about="2,100 positions")]
+
+
 def alibi_edges(d: Draw) -> list[Call]:
     """One head, one position, and 4,500 positions (read at its last rows: a distance of 4,000 in float32 is exact,
     a float32 distance computed through squares is not)."""
@@ -143,7 +152,7 @@ CONTRACT = {
                                 promises=Promises(takes="sizes", edges=sinusoidal_edges)),
     "rope": Part(draw_rope, lambda c: plain_rope(c.args[0].double(), _base_of(c)),
                  lambda c: plain_rope(c.args[0], _base_of(c)), vary_rope, slack=rope_slack,
-                 promises=Promises(low_precision=LOW, edges=rope_edges)),
+                 promises=Promises(low_precision=LOW, edges=rope_edges, precise=rope_precise)),
     "alibi_bias": Part(draw_alibi, lambda c: plain_alibi(c.args[0], c.args[1], dtype=torch.float64),
                        promises=Promises(takes="sizes", edges=alibi_edges)),
 }

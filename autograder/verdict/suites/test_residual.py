@@ -144,6 +144,13 @@ def norm_edges(d: Draw) -> list[Call]:
             norm(6, d.randn(4, 6, scale=0.01, shift=100.0), "rows near 100 that vary by 0.01")]
 
 
+def norm_precise(d: Draw) -> list[Call]:
+    """Rows near 10,000 that vary by 1: float32 steps there are 1e-3, so a LayerNorm moved to float64 that computes in
+    float32 answers with errors of 1e-3, a million times float64's."""
+    return [Call("LayerNorm", (d.randn(3, 8, shift=1e4),), ctor=(8,), state=random_norm_state(8, d.g),
+                 about="rows near 10,000")]
+
+
 def ff_edges(d: Draw) -> list[Call]:
     def ff(D, d_ff, x):
         return Call("FeedForward", (x,), ctor=(D, d_ff), state=random_ff_state(D, d_ff, d.g))
@@ -166,7 +173,7 @@ def block_edges(d: Draw) -> list[Call]:
 
 CONTRACT = {
     "LayerNorm": Part(draw_norm, lambda c: _norm_values(c, torch.float64), lambda c: _norm_values(c, torch.float32),
-                      rounded=_norm_rounded, promises=Promises(module=True, edges=norm_edges)),
+                      rounded=_norm_rounded, promises=Promises(module=True, edges=norm_edges, precise=norm_precise)),
     "FeedForward": Part(draw_ff, lambda c: plain_ff(c.state, c.args[0].double()),
                         lambda c: plain_ff(c.state, c.args[0]), promises=Promises(module=True, edges=ff_edges)),
     "TransformerBlock": Part(draw_block, lambda c: _block_values(c, torch.float64),
