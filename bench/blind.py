@@ -7,7 +7,7 @@ solutions or the known answers (examples/blind/check.py proves each entry is wha
 implementation of the notebooks' text written the same way). Each entry is graded as a learner's whole notebook by
 the grading engine nbgrader's autograde runs (autograder.verdict.hidden.grade), on inputs drawn afresh.
 
-    .venv/bin/python bench/blind.py [--assignments a b] [-k substring] --json out.json
+    .venv/bin/python bench/blind.py [--round N] [--assignments a b] [-k substring] --json out.json
     .venv/bin/python bench/blind.py --report before.json after.json > bench/results/blind.md
 """
 from __future__ import annotations
@@ -23,11 +23,21 @@ from autograder import exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 BLIND = ROOT / "examples" / "blind"
-ASSIGNMENTS = [n for n in exercises.names() if (BLIND / f"{n}.py").exists()]   # the exercises the corpus covers
 
 
-def entries(assignment: str) -> list[dict]:
-    spec = importlib.util.spec_from_file_location(f"blind_{assignment}", BLIND / f"{assignment}.py")
+def corpus(round_: int) -> Path:
+    """Where round `round_`'s corpus is: each round's is written afresh, by someone who read neither the suites nor
+    an earlier round's corpus (round 1: examples/blind/, round N: examples/blind/roundN/)."""
+    return BLIND if round_ == 1 else BLIND / f"round{round_}"
+
+
+def covered(round_: int) -> list[str]:
+    """The exercises a round's corpus covers, in the course's order."""
+    return [n for n in exercises.names() if (corpus(round_) / f"{n}.py").exists()]
+
+
+def entries(assignment: str, round_: int = 1) -> list[dict]:
+    spec = importlib.util.spec_from_file_location(f"blind{round_}_{assignment}", corpus(round_) / f"{assignment}.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -103,7 +113,8 @@ def report(paths: list[str]):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--assignments", nargs="*", default=list(ASSIGNMENTS))
+    ap.add_argument("--round", type=int, default=1, help="which round's corpus (examples/blind/roundN/ for N > 1)")
+    ap.add_argument("--assignments", nargs="*")
     ap.add_argument("-k", default="", help="only the entries whose name holds this")
     ap.add_argument("--json", help="write each entry's grading here")
     ap.add_argument("--report", nargs="+", help="tabulate gradings written by --json")
@@ -112,8 +123,8 @@ def main():
         report(a.report)
         return
     out = []
-    for asg in a.assignments:
-        for entry in entries(asg):
+    for asg in a.assignments or covered(a.round):
+        for entry in entries(asg, a.round):
             if a.k not in entry["name"]:
                 continue
             r = grade(asg, entry)

@@ -13,6 +13,9 @@ For every entry of examples/blind/<assignment>.py:
     (the per-part comparators below), and must not be shown different by anything;
   * kind="slow": it must agree with the spec on (smaller) random inputs, and its `shown_by` must show the cost.
 It also reports, for information, which of the notebook's visible check cells the entry passes.
+fused_attention (Triton) runs in Triton's interpreter without an NVIDIA GPU (TRITON_INTERPRET=1, set at start as the
+notebook's environment cell sets it); its namespace also runs the environment and launchers cells, and H.count_bytes
+counts the bytes each tl.load / tl.store touches under its mask, by argument (what the text holds kernels to).
 Prints a table and exits non-zero if any entry fails its claim.
 """
 import contextlib
@@ -21,6 +24,7 @@ import importlib
 import inspect
 import io
 import json
+import linecache
 import math
 import os
 import statistics
@@ -33,10 +37,15 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 EXERCISES = os.path.join(HERE, "..", "..", "exercises")
-ASSIGNMENTS = ["positional_encoding", "attention", "residual", "transformer"]
+ASSIGNMENTS = ["positional_encoding", "attention", "residual", "transformer", "fused_attention"]
+# cells (by grade_id) that every namespace runs, in notebook order, before and between the solution cells
+SETUP_CELLS = ("environment", "setup", "launchers", "tools")
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
+
+if not torch.cuda.is_available():   # as fused_attention's environment cell does, before anything imports Triton (torch
+    os.environ.setdefault("TRITON_INTERPRET", "1")   # itself may, while checking another assignment)
 
 torch.set_num_threads(1)
 
@@ -76,9 +85,30 @@ def spec_module(assignment):
     return SPECS[assignment]
 
 
+def _source_of(obj):
+    """A spec name's source: a string is the source itself (a cell's constants); a @triton.jit kernel's is its
+    function's, decorator included."""
+    if isinstance(obj, str):
+        return obj
+    return inspect.getsource(getattr(obj, "fn", obj))
+
+
 def spec_source(assignment, gid):
     mod = spec_module(assignment)
-    return "\n\n\n".join(inspect.getsource(getattr(mod, name)) for name in mod.PARTS[gid])
+    return "\n\n\n".join(_source_of(getattr(mod, name)) for name in mod.PARTS[gid])
+
+
+_RUNS = 0
+
+
+def run_source(source, filename, ns):
+    """exec source in ns, registered in linecache as a notebook cell is, so that inspect (and @triton.jit, which
+    reads its kernel's source) finds it."""
+    global _RUNS
+    _RUNS += 1
+    filename = f"{filename[:-1]}#{_RUNS}>"                  # unique: a kernel may read its source again later
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), ns)
 
 
 def solution_ids(assignment):
@@ -91,15 +121,15 @@ def build_namespace(assignment, entry=None):
     cells = (entry or {}).get("cells", {})
     extras = (entry or {}).get("extra_cells", [])
     for c in notebook(assignment):
-        if c["gid"] in ("setup", "tools"):
-            exec(compile(c["source"], f"<{assignment}:{c['gid']}>", "exec"), ns)
+        if c["gid"] in SETUP_CELLS:
+            run_source(c["source"], f"<{assignment}:{c['gid']}>", ns)
         elif c["solution"]:
             for extra in extras:
                 if extra["before"] == c["gid"]:
-                    exec(compile(strip_magics(extra["source"]), f"<extra before {c['gid']}>", "exec"), ns)
+                    run_source(strip_magics(extra["source"]), f"<extra before {c['gid']}>", ns)
             source = cells[c["gid"]] if c["gid"] in cells else spec_source(assignment, c["gid"])
             with contextlib.redirect_stdout(io.StringIO()):
-                exec(compile(strip_magics(source), f"<{assignment}:{c['gid']}>", "exec"), ns)
+                run_source(strip_magics(source), f"<{assignment}:{c['gid']}>", ns)
     return ns
 
 
@@ -323,7 +353,57 @@ def load_tiny(dst, src, V, d, n_layers):
     return parts
 
 
-H = types.SimpleNamespace(op_count=op_count, largest_bytes=largest_bytes, cpu_time=cpu_time, time_ratio=time_ratio,
+class count_bytes:
+    """Counts, while Triton's interpreter runs, the bytes every tl.load and tl.store touches under its mask, by the
+    tensor they fall in: `with H.count_bytes(Q=q, K=k, V=v) as c: ...`, then c.reads and c.writes map each name (and
+    "other", for the tensors the launcher makes: O and LSE) to bytes."""
+
+    def __init__(self, **tensors):
+        self.ranges = []
+        for name, t in tensors.items():
+            st = t.untyped_storage()
+            self.ranges.append((name, st.data_ptr(), st.data_ptr() + st.nbytes()))
+        self.reads = {name: 0 for name in [*tensors, "other"]}
+        self.writes = {name: 0 for name in [*tensors, "other"]}
+
+    def _add(self, table, ptrs, mask):
+        import numpy as np
+        addr = np.asarray(ptrs.data)
+        on = np.broadcast_to(np.asarray(mask.data).astype(bool), addr.shape)
+        addr = addr[on]
+        size = ptrs.get_element_ty().primitive_bitwidth // 8
+        named = 0
+        for name, lo, hi in self.ranges:
+            n = int(((addr >= lo) & (addr < hi)).sum())
+            table[name] += n * size
+            named += n
+        table["other"] += (addr.size - named) * size
+
+    def __enter__(self):
+        from triton.runtime import interpreter
+        builder = interpreter.InterpreterBuilder
+        self.saved = builder.create_masked_load, builder.create_masked_store
+        load, store = self.saved
+        counter = self
+
+        def create_masked_load(self_, ptrs, mask, other, *args, **kwargs):
+            counter._add(counter.reads, ptrs, mask)
+            return load(self_, ptrs, mask, other, *args, **kwargs)
+
+        def create_masked_store(self_, ptrs, value, mask, *args, **kwargs):
+            counter._add(counter.writes, ptrs, mask)
+            return store(self_, ptrs, value, mask, *args, **kwargs)
+
+        builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
+        return self
+
+    def __exit__(self, *exc):
+        from triton.runtime import interpreter
+        interpreter.InterpreterBuilder.create_masked_load, interpreter.InterpreterBuilder.create_masked_store = self.saved
+        return False
+
+
+H = types.SimpleNamespace(count_bytes=count_bytes, op_count=op_count, largest_bytes=largest_bytes, cpu_time=cpu_time, time_ratio=time_ratio,
                           raises=raises, maxdiff=maxdiff, same=same, grads_of=grads_of, load_mha=load_mha,
                           load_ln=load_ln, load_ff=load_ff, load_block=load_block, randomize=randomize,
                           tiny_parts=tiny_parts, load_tiny=load_tiny, copy_linear=copy_linear)
@@ -388,6 +468,11 @@ def cmp_rope(ns, spec, g, quick=False):
                 need(same(out, want, atol=tol_for(dtype) * 4), f"rope{shape} {dtype} {layout} {args} differs from "
                      f"the spec (max diff {maxdiff(out, want):.2e}, dtype {getattr(out, 'dtype', None)})")
                 need(out.data_ptr() != x.data_ptr(), "rope returned (a view of) x itself")
+    for dtype in (torch.float32, torch.float64):             # heads cut from (B, L, H, d) by transpose(1, 2)
+        x = torch.randn(2, 7, 3, 8, generator=g, dtype=dtype).transpose(1, 2)
+        out, want = f(x), ref(x)
+        need(same(out, want, atol=tol_for(dtype) * 4), f"rope on (B, L, H, d).transpose(1, 2), {dtype}: "
+             f"max diff {maxdiff(out, want):.2e}")
     for dtype in (torch.float16, torch.bfloat16):
         x = torch.randn(2, 9, 8, generator=g).to(dtype)
         out, want = f(x), ref(x)
@@ -481,6 +566,17 @@ def cmp_sdpa(ns, spec, g, quick=False):
              f"{getattr(out, 'dtype', None)}/{getattr(w, 'dtype', None)}")
         now = [q, k, v] + ([mask] if mask is not None else [])
         need(all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(now, saved)), f"sdpa {case} modified an argument")
+        if dtype == torch.float64:                          # gradients reach q, k and v as autograd gives them
+            leaves = [t.detach().requires_grad_(True) for t in (q, k, v)]
+            out, w = f(*leaves, mask)
+            want_out, want_w = ref(*leaves, mask)
+            r1 = torch.randn(want_out.shape, generator=g, dtype=dtype)
+            r2 = torch.randn(want_w.shape, generator=g, dtype=dtype)
+            gm = grads_of(leaves, (out * r1).sum() + (w * r2).sum())
+            gt = grads_of(leaves, (want_out * r1).sum() + (want_w * r2).sum())
+            need(all(a is not None and same(a, b, atol=1e-8, rtol=1e-7) for a, b in zip(gm, gt)),
+                 f"sdpa {case}: gradients of q, k, v differ from autograd's through the spec "
+                 f"{[None if a is None else maxdiff(a, b) for a, b in zip(gm, gt)]}")
     q, k, v = (torch.randn(2, 3, L, 8, device="meta") for L in (5, 7, 7))
     out, w = f(q, k, v, torch.ones(2, 1, 5, 7, dtype=torch.bool, device="meta"))
     need(out.device.type == "meta" and out.shape == (2, 3, 5, 8) and w.shape == (2, 3, 5, 7), "sdpa on the meta device")
@@ -652,7 +748,11 @@ def cmp_feedforward(ns, spec, g, quick=False):
         for shape in ((d_model,), (3, d_model), (2, 3, d_model), (1, 2, 3, d_model)):
             for dtype in (torch.float32, torch.float64):
                 m_, t_ = (mine.double(), theirs.double()) if dtype == torch.float64 else (mine.float(), theirs.float())
-                x = torch.randn(shape, generator=g, dtype=dtype, requires_grad=True)
+                if len(shape) == 3:                         # a transposed view, not contiguous in memory
+                    x = torch.randn(shape[0], shape[2], shape[1], generator=g, dtype=dtype).transpose(1, 2)
+                    x.requires_grad_(True)
+                else:
+                    x = torch.randn(shape, generator=g, dtype=dtype, requires_grad=True)
                 saved = x.detach().clone()
                 out, want = m_(x), t_(x)
                 need(same(out, want, atol=tol_for(dtype)), f"FeedForward{(d_model, d_ff)} {shape} {dtype}")
@@ -678,13 +778,13 @@ def cmp_block(ns, spec, g, quick=False):
             need({"attn", "ff", "norm1", "norm2"} <= names, f"submodules {names}")
             randomize(theirs, 0.4, g)
             load_block(mine, theirs)
-            for trial in range(4):
-                B, L = int(torch.randint(1, 4, (1,), generator=g)), [1, 5, 7, 3][trial]
+            for trial in range(5):
+                B, L = int(torch.randint(1, 4, (1,), generator=g)), [1, 5, 7, 3, 6][trial]
                 dtype = torch.float64 if trial % 2 else torch.float32
                 m_, t_ = (mine.double(), theirs.double()) if dtype == torch.float64 else (mine.float(), theirs.float())
                 x = torch.randn(B, L, d_model, generator=g, dtype=dtype, requires_grad=True)
                 saved = x.detach().clone()
-                if trial == 0:
+                if trial in (0, 4):                          # no mask: every position attends everywhere
                     out, want = m_(x), t_(x)
                 elif trial == 1:
                     mask = torch.ones(L, L, dtype=torch.bool).tril()
@@ -723,6 +823,15 @@ def cmp_tiny(ns, spec, g, quick=False):
                     tokens = torch.randint(0, V, (3, T), generator=g)
                     saved = tokens.clone()
                     out, want = m_(tokens), t_(tokens)
+                    m_.eval()
+                    t_.eval()
+                    tokens_t = tokens.t().contiguous().t()          # the same ids, not contiguous in memory
+                    with torch.no_grad():
+                        out_e, want_e = m_(tokens_t), t_(tokens_t)
+                    m_.train()
+                    t_.train()
+                    need(same(out_e, want_e, atol=tol_for(dtype) * 20), f"TinyTransformer{args} norm_first="
+                         f"{norm_first} T={T} {dtype} in eval(), tokens not contiguous: {maxdiff(out_e, want_e):.2e}")
                     need(same(out, want, atol=tol_for(dtype) * 20), f"TinyTransformer{args} norm_first={norm_first} "
                          f"T={T} {dtype}: {maxdiff(out, want):.2e}")
                     need(torch.equal(tokens, saved), "TinyTransformer modified tokens")
@@ -738,17 +847,137 @@ def cmp_tiny(ns, spec, g, quick=False):
             need(out.device.type == "meta" and out.shape == (2, max_len, V), "TinyTransformer moved to another device")
 
 
+def _fa_inputs(g, B, H_, Lq, Lk, d, dtype, layout, scale_kind):
+    """q (B, H, Lq, d), k, v (B, H, Lk, d) of the given memory layout and score scale."""
+    def make(L):
+        if layout == "transposed":                       # (B, L, H, d) seen as (B, H, L, d)
+            return torch.randn(B, L, H_, d, generator=g, dtype=torch.float64).transpose(1, 2)
+        if layout == "dims":                             # the features strided: (B, H, d, L) transposed
+            return torch.randn(B, H_, d, L, generator=g, dtype=torch.float64).transpose(-1, -2)
+        if layout == "sliced":                           # every other feature of a wider tensor
+            return torch.randn(B, H_, L, 2 * d, generator=g, dtype=torch.float64)[..., ::2]
+        return torch.randn(B, H_, L, d, generator=g, dtype=torch.float64)
+    q, k, v = make(Lq), make(Lk), make(Lk)
+    if scale_kind == "large":                            # scores around 1e3
+        q, k = q * 8, k * 8
+    elif scale_kind == "below":                          # every score far below 0
+        q, k = q.abs() + 10, -(k.abs() + 10)
+    return tuple(t.to(dtype) for t in (q, k, v))
+
+
+def _fa_check(f, spec, q, k, v, causal, what, extreme=False):
+    saved = [t.clone() for t in (q, k, v)]
+    out, lse = f(q, k, v)
+    want_out, want_lse = spec.attention_reference(q, k, v, causal)
+    half = q.dtype == torch.float16
+    loose = 10 if extreme else 1                         # scores near 1e3 carry float32's rounding of 1e3
+    need(isinstance(out, torch.Tensor) and out.shape == q.shape and out.dtype == q.dtype,
+         f"{what}: out {getattr(out, 'shape', None)} {getattr(out, 'dtype', None)}")
+    need(lse.shape == q.shape[:-1] and lse.dtype == torch.float32, f"{what}: lse {lse.shape} {lse.dtype}")
+    need(same(out, want_out, atol=(2e-3 if half else 1e-4) * loose, rtol=1e-4, dtype=False),
+         f"{what}: out differs from attention in float64 by {maxdiff(out, want_out):.2e}")
+    need(same(lse, want_lse, atol=1e-3 if half else 1e-4, rtol=1e-6, dtype=False),
+         f"{what}: lse differs from the log-sum-exp in float64 by {maxdiff(lse, want_lse):.2e}")
+    need(all(torch.equal(a, b) for a, b in zip((q, k, v), saved)), f"{what}: modified q, k or v")
+
+
+def _fa_bytes(f, spec, ns, q, k, v, skipping, what, exact_kv=True):
+    with count_bytes(Q=q, K=k, V=v) as c:
+        f(q, k, v)
+    want = spec.minimum_bytes(q, k, v, ns["BLOCK_M"], ns["BLOCK_N"], skipping)
+    need(c.reads["Q"] == want["reads"]["Q"], f"{what}: read {c.reads['Q']} bytes of Q, not {want['reads']['Q']} "
+         "(Q once)")
+    for name in ("K", "V"):
+        ok = c.reads[name] == want["reads"][name] if exact_kv else c.reads[name] <= want["reads"][name]
+        need(ok, f"{what}: read {c.reads[name]} bytes of {name}, not {'' if exact_kv else 'at most '}"
+                 f"{want['reads'][name]} (once per block of queries{', the blocks on or below the diagonal' if skipping else ''})")
+    total = sum(want["writes"].values())
+    need(c.writes["other"] == total and c.writes["Q"] == c.writes["K"] == c.writes["V"] == 0,
+         f"{what}: wrote {c.writes} bytes, not O and the log-sum-exp once ({total})")
+    need(c.reads["other"] == 0, f"{what}: read {c.reads['other']} bytes of O or the log-sum-exp")
+
+
+def _fa_structure(ns, name):
+    kernel = ns[name]
+    need(hasattr(kernel, "fn") and callable(getattr(kernel, "__getitem__", None)), f"{name} is not a @triton.jit kernel")
+    for const, allowed in (("BLOCK_M", (16, 32, 64, 128)), ("BLOCK_N", (16, 32, 64, 128)), ("NUM_WARPS", (1, 2, 4, 8)),
+                           ("NUM_STAGES", (1, 2, 3, 4))):
+        need(ns.get(const) in allowed, f"{const} = {ns.get(const)} is not one of {allowed}")
+
+
+def _fa_cases(ns, g, quick, causal_only):
+    BM, BN = ns["BLOCK_M"], ns["BLOCK_N"]
+    cases = [  # B, H, Lq, Lk, d, causal, dtype, layout, scale_kind
+        (1, 2, 70, 45, 16, False, torch.float32, "plain", "normal"),
+        (2, 1, 37, 90, 32, True, torch.float32, "plain", "normal"),
+        (1, 1, 1, 1, 16, False, torch.float32, "plain", "normal"),
+        (1, 1, 1, 1, 16, True, torch.float32, "plain", "normal"),
+        (1, 1, 2 * BM + 1, BN + 3, 16, True, torch.float32, "plain", "normal"),        # Lq > Lk
+        (1, 1, BM - 1, 2 * BN + 5, 16, True, torch.float32, "transposed", "normal"),   # Lq < Lk
+        (1, 2, BM + 1, 2 * BN + 1, 16, False, torch.float32, "transposed", "normal"),
+        (2, 1, 33, BN + 7, 16, True, torch.float32, "dims", "normal"),
+        (1, 1, 40, BN + 20, 16, False, torch.float32, "plain", "large"),
+        (1, 1, BM + 5, BN + 20, 16, True, torch.float32, "plain", "below"),
+        (1, 2, 24, 40, 16, False, torch.float16, "plain", "normal"),
+        (1, 1, 2 * BM + 3, 2 * BM + 3, 32, True, torch.float16, "sliced", "normal"),   # Lq = Lk, several blocks
+    ]
+    if not quick:
+        for _ in range(4):
+            Lq = max(1, int(torch.randint(1, 3 * BM + 2, (1,), generator=g)))
+            Lk = max(1, int(torch.randint(1, 3 * BN + 2, (1,), generator=g)))
+            d = [16, 32, 64][int(torch.randint(0, 3, (1,), generator=g))]
+            cases.append((1, int(torch.randint(1, 3, (1,), generator=g)), Lq, Lk, d, bool(torch.randint(0, 2, (1,), generator=g)),
+                          [torch.float32, torch.float16][int(torch.randint(0, 2, (1,), generator=g))],
+                          ["plain", "transposed", "dims"][int(torch.randint(0, 3, (1,), generator=g))],
+                          ["normal", "large", "below"][int(torch.randint(0, 3, (1,), generator=g))]))
+    return [c for c in cases if c[5] or not causal_only]
+
+
+def cmp_attention_kernel(ns, spec, g, quick=False):
+    _fa_structure(ns, "attention_kernel")
+    f = ns["flash_attention"]
+    for B, H_, Lq, Lk, d, causal, dtype, layout, scale_kind in _fa_cases(ns, g, quick, causal_only=False):
+        q, k, v = _fa_inputs(g, B, H_, Lq, Lk, d, dtype, layout, scale_kind)
+        _fa_check(lambda q, k, v, causal=causal: f(q, k, v, causal=causal), spec, q, k, v, causal,
+                  f"flash_attention {(B, H_, Lq, Lk, d)} causal={causal} {dtype} {layout} {scale_kind}",
+                  extreme=scale_kind != "normal")
+    BM, BN = ns["BLOCK_M"], ns["BLOCK_N"]
+    for (B, H_, Lq, Lk, d), dtype in (((1, 2, 2 * BM + 3, 2 * BN + 5, 16), torch.float16),
+                                      ((2, 1, BM - 3, 3 * BN, 32), torch.float32)):
+        q, k, v = _fa_inputs(g, B, H_, Lq, Lk, d, dtype, "plain", "normal")
+        for causal in (False, True):
+            _fa_bytes(lambda q, k, v, causal=causal: f(q, k, v, causal=causal), spec, ns, q, k, v, False,
+                      f"flash_attention {(B, H_, Lq, Lk, d)} causal={causal} {dtype}", exact_kv=not causal)
+
+
+def cmp_causal_attention_kernel(ns, spec, g, quick=False):
+    _fa_structure(ns, "causal_attention_kernel")
+    f = ns["flash_attention_causal"]
+    for B, H_, Lq, Lk, d, _causal, dtype, layout, scale_kind in _fa_cases(ns, g, quick, causal_only=True):
+        q, k, v = _fa_inputs(g, B, H_, Lq, Lk, d, dtype, layout, scale_kind)
+        _fa_check(f, spec, q, k, v, True, f"flash_attention_causal {(B, H_, Lq, Lk, d)} {dtype} {layout} {scale_kind}",
+                  extreme=scale_kind != "normal")
+    BM, BN = ns["BLOCK_M"], ns["BLOCK_N"]
+    for (B, H_, Lq, Lk, d), dtype in (((1, 2, 3 * BM + 3, 3 * BM + 3, 16), torch.float16),
+                                      ((1, 1, 2 * BM + 1, BN + 2, 16), torch.float32),
+                                      ((1, 1, BM + 2, 4 * BM + 1, 32), torch.float32)):
+        q, k, v = _fa_inputs(g, B, H_, Lq, Lk, d, dtype, "plain", "normal")
+        _fa_bytes(f, spec, ns, q, k, v, True, f"flash_attention_causal {(B, H_, Lq, Lk, d)} {dtype}", exact_kv=False)
+
+
 COMPARATORS = {
     "sinusoidal_encoding": cmp_sinusoidal, "rope": cmp_rope, "alibi_bias": cmp_alibi,
     "scaled_dot_product_attention": cmp_sdpa, "causal_mask": cmp_causal, "MultiHeadAttention": cmp_mha,
     "blockwise_attention": cmp_blockwise, "LayerNorm": cmp_layernorm, "FeedForward": cmp_feedforward,
     "TransformerBlock": cmp_block, "TinyTransformer": cmp_tiny,
+    "attention_kernel": cmp_attention_kernel, "causal_attention_kernel": cmp_causal_attention_kernel,
 }
 GRADED = {
     "positional_encoding": ["sinusoidal_encoding", "rope", "alibi_bias"],
     "attention": ["scaled_dot_product_attention", "causal_mask", "MultiHeadAttention", "blockwise_attention"],
     "residual": ["LayerNorm", "FeedForward", "TransformerBlock"],
     "transformer": ["TinyTransformer"],
+    "fused_attention": ["attention_kernel", "causal_attention_kernel"],
 }
 
 
@@ -817,6 +1046,7 @@ def main(argv):
     chosen = [a for a in argv if a in ASSIGNMENTS] or ASSIGNMENTS
     pattern = argv[argv.index("-k") + 1] if "-k" in argv else None
     visible = "--no-visible" not in argv
+    corpus = int(argv[argv.index("--round") + 1]) if "--round" in argv else 1     # round N's corpus: roundN/
     rows, failures = [], 0
     for assignment in chosen:
         if "--train" in argv and assignment == "transformer":
@@ -826,7 +1056,7 @@ def main(argv):
             print(f"[{assignment}] the spec passes the notebook's visible checks: "
                   f"{'yes' if not spec_failed else 'NO: ' + ', '.join(spec_failed)}")
             failures += bool(spec_failed)
-        mod = importlib.import_module(assignment)
+        mod = importlib.import_module(assignment if corpus == 1 else f"round{corpus}.{assignment}")
         names = set()
         valid_ids = set(solution_ids(assignment))
         for i, entry in enumerate(mod.ENTRIES):

@@ -18,6 +18,9 @@ PARTS = {
 
 def scaled_dot_product_attention(q, k, v, mask=None):
     """softmax(q k^T / sqrt(d)) v, where mask (True = may attend) removes keys; returns (out, weights)."""
+    dtype = q.dtype
+    if dtype in (torch.float16, torch.bfloat16):                                # float32 inside, q's dtype out
+        q, k, v = q.float(), k.float(), v.float()
     d = q.shape[-1]
     scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d)                # (..., Lq, Lk)
     if mask is not None:
@@ -28,7 +31,7 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     total = e.sum(dim=-1, keepdim=True)
     weights = e / total.masked_fill(total == 0, 1.0)
     out = torch.matmul(weights, v)
-    return out, weights
+    return out.to(dtype), weights.to(dtype)
 
 
 def causal_mask(seq_len, device=None):

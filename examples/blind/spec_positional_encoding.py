@@ -39,11 +39,13 @@ def rope(x, base=10000.0):
     two_i = torch.arange(0, d, 2, dtype=torch.float64, device=x.device)
     freqs = torch.pow(torch.tensor(float(base), dtype=torch.float64, device=x.device), -two_i / d)
     angles = positions * freqs                                                   # (L, d/2)
-    cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
-    x_even, x_odd = x[..., 0::2], x[..., 1::2]                                   # (..., L, d/2)
+    # float16 / bfloat16 are rotated in float32 and converted at the end (the notebook's text)
+    work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    cos, sin = torch.cos(angles).to(work.dtype), torch.sin(angles).to(work.dtype)
+    x_even, x_odd = work[..., 0::2], work[..., 1::2]                             # (..., L, d/2)
     out_even = x_even * cos - x_odd * sin
     out_odd = x_even * sin + x_odd * cos
-    return torch.stack([out_even, out_odd], dim=-1).flatten(-2)
+    return torch.stack([out_even, out_odd], dim=-1).flatten(-2).to(x.dtype)
 
 
 def alibi_bias(n_heads, seq_len):
