@@ -140,10 +140,10 @@ test-full: install $(TEST_NEEDS)
 # service through its HTTP endpoint (one learner alone, eight at once, requests over the rate limit), what the
 # library ban proves, flags and notes for honest idioms and routes to a library version, and its reading time, and
 # how near correct answers come to the error a drawn call allows them (bench/results/rounding.md), the speed ratio of
-# correct code against the reference, quiet and loaded, the blind corpus graded (bench/results/blind.md, against the
-# grading before the families), one notebook, one score: each known mistake graded 20 times, the fused attention
-# kernel's registers and spills at every block size the notebook allows, and its time against torch's flash backend
-# (on a CUDA device; it says it skipped without one).
+# correct code against the reference, quiet and loaded, each round's blind corpus graded (bench/results/blind.md,
+# blind-round2.md, each against its grading before the suites changed for it), one notebook, one score: each known
+# mistake graded 20 times, the fused attention kernel's registers and spills at every block size the notebook allows,
+# and its time against torch's flash backend (on a CUDA device; it says it skipped without one).
 bench: install
 	$(PY) bench/speed.py
 	$(PY) bench/profile.py
@@ -157,6 +157,9 @@ bench: install
 	$(PY) bench/self_speed.py --reps 10 --hogs 2 --out bench/results/self-speed-loaded.md
 	$(PY) bench/blind.py --json bench/results/blind.json
 	$(PY) bench/blind.py --report bench/results/blind-6f12630.json bench/results/blind.json > bench/results/blind.md
+	$(PY) bench/blind.py --round 2 --json bench/results/blind-round2.json
+	$(PY) bench/blind.py --report bench/results/blind-round2-before.json bench/results/blind-round2.json \
+	  > bench/results/blind-round2.md
 	$(PY) bench/stability.py --gradings 20 --out bench/results/stability.md
 	$(PY) bench/fused_attention_spills.py --out bench/results/fused-attention-spills.md
 	$(PY) bench/fused_attention_speed.py --gradings 10

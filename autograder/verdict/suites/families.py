@@ -191,15 +191,17 @@ def check(side, ns: dict, part: Part, family: str, seed: int):
     if family == "gradients":
         return _gradients(side, ns, part, seed)
     calls = calls_for(part, ns, family, seed)
-    if family == "float64" and part.promises.precise:       # a module moved to float64 answers at its precision
-        precise = [(c, _cast(c, torch.float64)) for c in part.promises.precise(Draw(seed))]
-        calls = [(plain, call, expected_of(part, call, ns, family="float64")) for plain, call in precise] + calls
-    for plain, call, expected in calls:
+    precise = part.promises.precise(Draw(seed)) if family == "float64" and part.promises.precise else []
+    # a module moved to float64 answers at its precision where float32 inside would err most
+    calls = [(c, _cast(c, torch.float64), expected_of(part, _cast(c, torch.float64), ns, family="float64"))
+             for c in precise] + calls
+    for i, (plain, call, expected) in enumerate(calls):
         got = side.remade(call, seed) if family == "state_dict" else side.run(call, family)
         wrong = expected.judge(call, got)
         if wrong:
             said = side.explain(call, got, expected)
-            if not _value_is_wrong(side, ns, part, plain):
+            # no value check makes a precise call: this family alone can charge it
+            if i < len(precise) or not _value_is_wrong(side, ns, part, plain):
                 raise Diagnosis(f"{SAID[family]}, {call}: {wrong}", *said)
 
 
@@ -207,7 +209,7 @@ def _low_precision(side, ns: dict, part: Part, seed: int):
     """In each promised dtype, the calls where it loses the most (the promises' `precise`), then the family's own."""
     precise = part.promises.precise(Draw(seed)) if part.promises.precise else []
     for k, dtype in enumerate(part.promises.low_precision):
-        for plain in [*precise, *(c for c, _, _ in calls_for(part, ns, "low precision", seed + 31 * k))]:
+        for i, plain in enumerate([*precise, *(c for c, _, _ in calls_for(part, ns, "low precision", seed + 31 * k))]):
             call = _cast(plain, dtype)
             expected = expected_of(part, call, ns)
             if "raised" in expected.outcome or _overflows(expected):
@@ -216,7 +218,7 @@ def _low_precision(side, ns: dict, part: Part, seed: int):
             wrong = expected.judge(call, got)
             if wrong:
                 said = side.explain(call, got, expected)
-                if not _value_is_wrong(side, ns, part, plain):
+                if i < len(precise) or not _value_is_wrong(side, ns, part, plain):     # (as in `check`)
                     raise Diagnosis(f"on {_name(dtype)} inputs (answered in their dtype, at its precision), {call}: "
                                     f"{wrong}", *said)
 
