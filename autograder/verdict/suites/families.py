@@ -216,11 +216,12 @@ def _low_precision(side, ns: dict, part: Part, seed: int):
                 continue
             got = side.run(call)
             wrong = expected.judge(call, got)
-            if wrong:
-                said = side.explain(call, got, expected)
-                if i < len(precise) or not _value_is_wrong(side, ns, part, plain):     # (as in `check`)
-                    raise Diagnosis(f"on {_name(dtype)} inputs (answered in their dtype, at its precision), {call}: "
-                                    f"{wrong}", *said)
+            # No cause is named here: the known mistakes are written at float32 and float64, and in a lower dtype their
+            # answers differ from the course's by its precision too, so one may match a learner's for that alone (a
+            # float16 attention was told its maximum was taken before masking, with no mask given).
+            if wrong and (i < len(precise) or not _value_is_wrong(side, ns, part, plain)):     # (as in `check`)
+                raise Diagnosis(f"on {_name(dtype)} inputs (answered in their dtype, at its precision), {call}: "
+                                f"{wrong}")
 
 
 def _overflows(expected: Expected) -> bool:

@@ -75,6 +75,14 @@ def draw_norm(d: Draw) -> Call:
     return Call("LayerNorm", (_x(d, D),), ctor=(D,), ctor_kwargs=ctor_kwargs, state=state)
 
 
+def _norm_plain(c: Call):
+    """float32's baseline on float32 arguments; on float64 ones (the module moved to float64) a plain float64
+    computation: float32's would allow a LayerNorm that computes in float32 whatever its dtype."""
+    state, eps = _norm_state(c)
+    x = c.args[0]
+    return plain_norm(state, x, eps) if x.dtype == torch.float64 else _norm_values(c, torch.float32)
+
+
 def _norm_state(c: Call) -> tuple[dict, float]:
     D = c.made[0]
     return c.state or {"weight": torch.ones(D), "bias": torch.zeros(D)}, c.ctor_kwargs.get("eps", 1e-5)
@@ -145,10 +153,10 @@ def norm_edges(d: Draw) -> list[Call]:
 
 
 def norm_precise(d: Draw) -> list[Call]:
-    """Rows near 10,000 that vary by 1: float32 steps there are 1e-3, so a LayerNorm moved to float64 that computes in
-    float32 answers with errors of 1e-3, a million times float64's."""
-    return [Call("LayerNorm", (d.randn(3, 8, shift=1e4),), ctor=(8,), state=random_norm_state(8, d.g),
-                 about="rows near 10,000")]
+    """Rows near 10,000 that vary by 1, drawn in float64: float32 steps there are 1e-3, so a LayerNorm moved to float64
+    that computes in float32 answers with errors of 1e-3, a million times float64's, whatever the draw."""
+    return [Call("LayerNorm", (d.randn(3, 8, dtype=torch.float64, shift=1e4),), ctor=(8,),
+                 state=random_norm_state(8, d.g), about="rows near 10,000")]
 
 
 def ff_edges(d: Draw) -> list[Call]:
@@ -172,7 +180,7 @@ def block_edges(d: Draw) -> list[Call]:
 
 
 CONTRACT = {
-    "LayerNorm": Part(draw_norm, lambda c: _norm_values(c, torch.float64), lambda c: _norm_values(c, torch.float32),
+    "LayerNorm": Part(draw_norm, lambda c: _norm_values(c, torch.float64), _norm_plain,
                       rounded=_norm_rounded, promises=Promises(module=True, edges=norm_edges, precise=norm_precise)),
     "FeedForward": Part(draw_ff, lambda c: plain_ff(c.state, c.args[0].double()),
                         lambda c: plain_ff(c.state, c.args[0]), promises=Promises(module=True, edges=ff_edges)),
