@@ -388,16 +388,20 @@ class Policy:
         for base in types.resolve_bases(bases):
             if any(base is b for b in bases):
                 continue                                   # one the learner's code holds: it met the policy
-            if isinstance(base, type) and issubclass(base, type) and self.type_ not in type.__dict__["__mro__"].__get__(
-                    base):
+            if isinstance(base, type) and self.foreign_metaclass(base):
                 _refuse(f"a class derived from {getattr(base, '__name__', '?')}, which makes classes of any namespace")
             self.checked(base, "a base class")
         cls = builtins.__build_class__(func, name, *bases, **kw)
         self._own_class(cls)
         return cls
 
+    def foreign_metaclass(self, cls: type) -> bool:
+        """Whether `cls` is a metaclass not derived from the policy's `type`: one that makes classes of any namespace
+        (its MRO read as Python's own `type` reads it, whatever the class says)."""
+        return issubclass(cls, type) and self.type_ not in type.__dict__["__mro__"].__get__(cls)
+
     def _own_class(self, cls):
-        if issubclass(cls, type) and self.type_ not in type.__dict__["__mro__"].__get__(cls):
+        if self.foreign_metaclass(cls):
             _refuse("a metaclass not derived from the policy's type")      # it would make classes of any namespace
         space = vars(cls)
         raw = [n for n in CLASS_REFUSED.intersection(space) if space[n] is not _NO_RAW_MEMORY]
