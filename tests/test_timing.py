@@ -152,3 +152,24 @@ def test_a_cpu_limit_charges_the_cpu_a_call_uses_not_the_wall_time_it_takes():
         assert spinning.hit and time.monotonic() - started < 30, "stopped after about 1 s of CPU, not the call's 60 s"
     finally:
         w.close()
+
+
+def test_a_call_s_limit_is_cpu_time_with_the_wall_clock_as_a_backstop():
+    """A learner's call is held to its limit in the CPU time its sandbox uses: 3 s asleep under a 1 s limit finishes
+    (a loaded machine stretches the wall clock, not the CPU), a spinning call stops after about 1 s of CPU, and one
+    that waits without computing stops at WALL_PER_CPU times the limit, each saying which clock stopped it."""
+    from autograder.verdict import learner
+
+    w = Learner([{"id": "c", "source": NAP_AND_SPIN + "\n\ndef sleep(s):\n    time.sleep(s)\n"}], guarded=False,
+                call_timeout=1.0)
+    try:
+        w.start()
+        assert w.fn("nap")() == 1, "3 s asleep is not 1 s of CPU"
+        started = time.monotonic()
+        with pytest.raises(WorkerDied, match=r"did not finish within 1 s of CPU time while calling spin\(\)"):
+            w.fn("spin")()
+        assert time.monotonic() - started < learner.WALL_PER_CPU, "stopped by its CPU time, before the wall clock"
+        with pytest.raises(WorkerDied, match=rf"did not finish within {learner.WALL_PER_CPU:g} s while calling sleep"):
+            w.fn("sleep")(60)
+    finally:
+        w.close()

@@ -158,12 +158,15 @@ def test_a_fused_attention_kernel_that_never_ends_costs_its_part_alone():
     endless = kernel.replace(loop, "    start_n = 0\n    while start_n < Lk:           # start_n never advances\n")
     grading = _grading("fused_attention", {"attention_kernel": endless})
     part, other = grading.verdicts["attention_kernel_tests"], grading.verdicts["causal_attention_kernel_tests"]
-    said = f"did not finish within {suite.KERNEL_CALL_S:g} s while calling flash_attention()"
+    said = f"did not finish within {suite.KERNEL_CALL_S:g} s of CPU time while calling flash_attention()"
     assert other.score == other.points, other.failed
     assert 0 < part.score < part.points and part.failed and all(said in d for d in part.failed), part.failed
     spent = grading.profile["cells_s"]["attention_kernel_tests"]
     print(f"the endless kernel's part took {spent:.1f} s, the grading {grading.profile['suite_s']:.1f} s")
-    assert spent < 3 * suite.KERNEL_CALL_S, f"{spent:.1f} s: its checks after the first did not fail at once"
+    # the learner's worker, one per kernel compiled, and one restart after the call that hung: the part's later checks
+    # failed at once (the limit is CPU time, so the wall clock cannot say it on a loaded machine)
+    started = [role for role, _ in grading.profile["workers"]]
+    assert started == ["learner"] * (1 + len(suite.SIGNATURES) + 1), f"{started}: its later checks hung again"
 
 
 def test_known_mistakes_cover_every_graded_cell():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import select
 import subprocess
 import sys
 import time
@@ -226,8 +227,9 @@ class Learner:
             loading = None
             try:
                 while True:
-                    msg = self._read(self._left(self.settings.cell_timeout),
-                                     during=f"while running the cell {loading or '(start)'} of your notebook")
+                    wall, cpu = self._cpu_limited(self.settings.cell_timeout)
+                    msg = self._read(wall, during=f"while running the cell {loading or '(start)'} of your notebook",
+                                     cpu=cpu)
                     if isinstance(msg, dict) and "loading" in msg:
                         loading = str(msg["loading"])
                         continue
@@ -298,13 +300,23 @@ class Learner:
         assert self.proc is not None and self.proc.stdin is not None
         write_message(self.proc.stdin.fileno(), {**msg, "seal": self.seal} if self.seal is not None else msg)
 
-    def _read(self, timeout: float, during: str):
+    def _read(self, timeout: float, during: str, cpu: tuple[float, float] | None = None):
+        """The worker's next message within `timeout` seconds of the wall clock; with `cpu` (the sandbox's CPU seconds
+        when the learner's code began, the CPU seconds it may use), also until it has used those (`_cpu_limited`)."""
         assert self.proc is not None and self.proc.stdout is not None       # a worker was started
+        fd, end = self.proc.stdout.fileno(), time.monotonic() + timeout
         try:
-            message, size = read_frame(self.proc.stdout.fileno(), time.monotonic() + timeout,
-                                       max_payload=self.settings.max_frame_bytes, seal=self.seal)
+            if cpu is not None:
+                self._await_output(fd, end, *cpu)
+            message, size = read_frame(fd, end, max_payload=self.settings.max_frame_bytes, seal=self.seal)
             self.grading.largest_frame = max(self.grading.largest_frame, size)
             return message
+        except _CpuSpent:
+            assert cpu is not None
+            self._log_stderr(during)
+            self._die()
+            self.deaths += 1
+            self._last_death = _unfinished_message(cpu[1], during, "of CPU time ")
         except TimeoutError:
             self._log_stderr(during)
             self._die()
@@ -321,6 +333,24 @@ class Learner:
             self.deaths += 1
             self._last_death = _death_message(code, during)
         raise WorkerDied(self._last_death) from None
+
+    def _cpu_limited(self, seconds: float) -> tuple[float, tuple[float, float]]:
+        """The wall-clock time and the CPU limit (`_read`'s `cpu`) of learner code allowed `seconds`: the limit is
+        charged in the CPU time the kernel counts for its sandbox, so a busy machine stretching it costs nothing; the
+        wall clock, WALL_PER_CPU times as long, stops code that waits without using the CPU."""
+        return self._left(seconds * WALL_PER_CPU), (measure.cpu_seconds(self), seconds)
+
+    def _await_output(self, fd: int, end: float, base: float, seconds: float):
+        """Until the worker has written to `fd`: TimeoutError past `end` (the wall clock), _CpuSpent once its sandbox
+        has used `seconds` of CPU since `base` (polled every CPU_POLL_S)."""
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            if select.select([fd], [], [], min(left, CPU_POLL_S))[0]:
+                return
+            if measure.cpu_seconds(self) - base > seconds:
+                raise _CpuSpent
 
     def _ended(self) -> str:
         """How the worker ended, in the grader's words (not the learner's)."""
@@ -366,12 +396,13 @@ class Learner:
             if remember:
                 self.broken_calls[what] = message
             raise WorkerDied(message) from None
-        end = time.monotonic() + self._left(timeout or self.call_timeout)
+        wall, cpu = self._cpu_limited(timeout or self.call_timeout)
+        end = time.monotonic() + wall
         try:
-            resp = self._read(max(0.0, end - time.monotonic()), during=f"while calling {what}")
+            resp = self._read(max(0.0, end - time.monotonic()), during=f"while calling {what}", cpu=cpu)
             while isinstance(resp, dict) and "callback" in resp:
                 self._send(self._serve(resp["callback"]))
-                resp = self._read(max(0.0, end - time.monotonic()), during=f"while calling {what}")
+                resp = self._read(max(0.0, end - time.monotonic()), during=f"while calling {what}", cpu=cpu)
         except WorkerDied as e:
             if remember:
                 self.broken_calls[what] = str(e)
@@ -572,8 +603,18 @@ class ModuleProxy:
                              timeout=timeout, what=f"training {self.name}")
 
 
-def _unfinished_message(seconds: float, during: str) -> str:
-    return f"your code did not finish within {seconds:.3g} s {during} (an infinite loop, or far too slow?)"
+# Learner code is allowed its limits in CPU seconds (`Learner._cpu_limited`), and this many times as long on the wall
+# clock: the 2-core machine at a load of 8 gives one process a quarter of a core.
+WALL_PER_CPU = 5.0
+CPU_POLL_S = 0.1                 # how often a wait for learner code reads its sandbox's CPU time
+
+
+class _CpuSpent(Exception):
+    """Learner code used the CPU time it was allowed."""
+
+
+def _unfinished_message(seconds: float, during: str, unit: str = "") -> str:
+    return f"your code did not finish within {seconds:.3g} s {unit}{during} (an infinite loop, or far too slow?)"
 
 
 def _death_message(code, during: str) -> str:

@@ -17,7 +17,7 @@ import torch
 
 from autograder.inside.calls import fresh, strided
 from autograder.verdict import known, measure
-from autograder.verdict.learner import Learner, LearnerError, WorkerDied
+from autograder.verdict.learner import WALL_PER_CPU, Learner, LearnerError, WorkerDied
 
 from . import families
 from . import triton_kernels as tk
@@ -98,11 +98,11 @@ def runnable(r: tk.Reading, kernel: str):
     check(not blocks, f"your block sizes are not within the bounds: {'; '.join(blocks)}")
 
 
-# One call of a kernel in the learner's worker (the interpreter) may take this long. The reference's largest call
-# here takes under 1 s even with the 2-core machine at a load of 8; a call past the limit is a loop that never ends
-# (or a kernel hundreds of times too slow), and every later call of the same part fails at once with the same words
-# (they share its name, and autograder.verdict.learner remembers a call that hung): a hung kernel costs its part one
-# limit and a restart of the worker, and leaves the other part its time.
+# One call of a kernel in the learner's worker (the interpreter) may use this much CPU time (the kernel's count for
+# its sandbox: a loaded machine does not shorten it). The reference's largest call here takes under 1 s; a call past
+# it is a loop that never ends (or a kernel hundreds of times too slow), and every later call of the same part fails
+# at once with the same words (they share its name, and autograder.verdict.learner remembers a call that hung): a hung
+# kernel costs its part one limit and a restart of the worker, and leaves the other part its time.
 KERNEL_CALL_S = 10.0
 
 
@@ -429,7 +429,9 @@ def _compile(grading, cells: list[dict], kernel: str, role: str):
     try:
         worker.start()
         with limit:
-            return worker.request(compile_request(kernel), timeout=COMPILE_WALL_S, what=f"compiling {kernel}")["ok"]
+            # the request's own limit in CPU (past COMPILE_S) and on the wall clock (COMPILE_WALL_S)
+            return worker.request(compile_request(kernel), timeout=COMPILE_WALL_S / WALL_PER_CPU,
+                                  what=f"compiling {kernel}")["ok"]
     except LearnerError as e:
         return Diagnosis(f"compiling your {kernel} failed: {e}")
     except WorkerDied as e:
