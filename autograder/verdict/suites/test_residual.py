@@ -215,6 +215,7 @@ def norm_close(proxy, state, x, what, eps=1e-5):
 
 
 @LN
+@pytest.mark.drawn      # its rows, drawn for the grading, show eps outside the sqrt only where their variance is small
 def test_ln_parameters(grading, learner):
     """parameters weight (ones) and bias (zeros) of shape (d_model,)"""
     x = grading.randn(3, 4, 12, seed=15, scale=3.0) + 1.0
