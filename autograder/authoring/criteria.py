@@ -181,9 +181,9 @@ def promises_source(assignment: str) -> str:
                      "no `.detach()`, `.data` or `torch.no_grad()` on the way from an input to an output.")
     if parts("float64"):
         items.append(f"A module ({listed(parts('float64'))}) moves every tensor it uses with `.to(torch.float64)` and "
-                     "`.to(\"meta\")` (keep constant tensors in buffers, `register_buffer`), answers the same when "
-                     "made anew and given its `state_dict()`, and answers the same in `train()` as in `eval()`: no "
-                     "dropout.")
+                     "`.to(\"meta\")` (keep constant tensors in buffers, `register_buffer`), computes in float64 once "
+                     "moved there, answers the same when made anew and given its `state_dict()`, and answers the "
+                     "same in `train()` as in `eval()`: no dropout.")
     items.append("Edge sizes count: one position, one key, one head, a width of 1, and long sequences.")
     allowed = [m for m in (*policy.ALLOWED, *getattr(suite(assignment), "ALLOWED_MODULES", ()))
                if "." not in m or m.startswith(("torch.", "IPython."))]

@@ -162,6 +162,17 @@ class Part:
     promises: Promises = field(default_factory=Promises)
 
 
+def at_call_precision(values: Callable[[Call, torch.dtype], Any]) -> Callable[[Call], Any]:
+    """A module's plain computation (`Part.plain`) from `values(call, dtype)`: in float64 on a call in float64 (the
+    module moved there), else in float32. float32's on every call would let a module that computes in float32
+    whatever its dtype pass once moved to float64."""
+    def plain(c: Call):
+        tensors = [*c.args, *(c.state or {}).values()]
+        first = next((t.dtype for t in tensors if isinstance(t, torch.Tensor) and t.is_floating_point()), None)
+        return values(c, torch.float64 if first == torch.float64 else torch.float32)
+    return plain
+
+
 # -- running a call --------------------------------------------------------------------------------------------
 # {"raised": type name, "mro": [names], "message": its first line} or {"first", "second", "args_after": [[...], [...]]}
 Outcome = dict

@@ -30,7 +30,7 @@ from .checks import (
     tensor,
     together,
 )
-from .contract import Call, Draw, Part, Promises, check_drawn, scores_slack
+from .contract import Call, Draw, Part, Promises, at_call_precision, check_drawn, scores_slack
 from .library import ATTENTION_OPS
 from .oracles import (
     NEG,
@@ -241,8 +241,7 @@ CONTRACT = {
                                                            precise=sdpa_precise)),
     "causal_mask": Part(draw_causal, _causal_truth, vary=vary_causal,
                         promises=Promises(takes="sizes", edges=causal_edges)),
-    "MultiHeadAttention": Part(draw_mha, lambda c: _mha_values(c, torch.float64),
-                               lambda c: _mha_values(c, torch.float32),
+    "MultiHeadAttention": Part(draw_mha, lambda c: _mha_values(c, torch.float64), at_call_precision(_mha_values),
                                promises=Promises(module=True, edges=mha_edges)),
     "blockwise_attention": Part(draw_blockwise, _blockwise_truth, lambda c: _blockwise_truth(c, c.args[0].dtype),
                                 slack=scores_slack, promises=Promises(differentiable=False, edges=blockwise_edges)),

@@ -28,7 +28,7 @@ from .checks import (
     together,
     where,
 )
-from .contract import Call, Draw, Part, Promises, check_drawn
+from .contract import Call, Draw, Part, Promises, at_call_precision, check_drawn
 from .library import ATTENTION_OPS, NORM_OPS
 from .oracles import (
     NORM_PARAMS,
@@ -184,8 +184,7 @@ CONTRACT = {
                       rounded=_norm_rounded, promises=Promises(module=True, edges=norm_edges, precise=norm_precise)),
     "FeedForward": Part(draw_ff, lambda c: plain_ff(c.state, c.args[0].double()),
                         lambda c: plain_ff(c.state, c.args[0]), promises=Promises(module=True, edges=ff_edges)),
-    "TransformerBlock": Part(draw_block, lambda c: _block_values(c, torch.float64),
-                             lambda c: _block_values(c, torch.float32),
+    "TransformerBlock": Part(draw_block, lambda c: _block_values(c, torch.float64), at_call_precision(_block_values),
                              rounded=_block_rounded, promises=Promises(module=True, edges=block_edges)),
 }
 globals().update(families.tests(CONTRACT, A))

@@ -30,7 +30,7 @@ from .checks import (
     tensor,
     together,
 )
-from .contract import Call, Draw, Part, Promises, check_drawn
+from .contract import Call, Draw, Part, Promises, at_call_precision, check_drawn
 from .library import ATTENTION_OPS, NORM_OPS
 from .oracles import random_block_state
 
@@ -297,7 +297,7 @@ def tiny_edges(d: Draw) -> list[Call]:
 
 
 CONTRACT = {"TinyTransformer": Part(draw_tiny, lambda c: _tiny_values(c, torch.float64),
-                                    lambda c: _tiny_values(c, torch.float32), rename=tiny_names,
+                                    at_call_precision(_tiny_values), rename=tiny_names,
                                     rounded=lambda c: partial(_tiny_model(c, torch.float64), c.args[0]),
                                     promises=Promises(module=True, takes="tensors", edges=tiny_edges))}
 globals().update(families.tests(CONTRACT, A))
