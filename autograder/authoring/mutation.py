@@ -150,9 +150,10 @@ def settings(suites_dir: str = "") -> config.Settings:
                                suites_dir=suites_dir or config.current().suites_dir)
 
 
-def run(assignment: str, draws: int, only: str | None, log, suites_dir: str = "", cap: int | None = None) -> dict:
+def run(assignment: str, draws: int, only: str | None, log, suites_dir: str = "", cap: int | None = None,
+        operators: tuple[str, ...] = ()) -> dict:
     """Mutants, oracle and grading of one assignment's graded parts: the counts and every mutant's fate (of at most
-    `cap` mutants a part, spread evenly over them)."""
+    `cap` mutants a part, spread evenly over them; of `operators`' mutants alone when given)."""
     grading = settings(suites_dir)
     result: dict = {"assignment": assignment, "parts": {}}
     for part in graded_parts(assignment):
@@ -161,7 +162,8 @@ def run(assignment: str, draws: int, only: str | None, log, suites_dir: str = ""
         started = time.time()
         oracle = Oracle(assignment, part, draws)
         rows = []
-        found = mutants(part, variants.reference_sources(assignment)[part])
+        found = [m for m in mutants(part, variants.reference_sources(assignment)[part])
+                 if not operators or m.operator in operators]
         for m in sample(found, cap):
             witness = oracle.witness_in_child(m)
             row: dict = {"name": m.name, "operator": m.operator, "line": m.line, "before": m.before, "after": m.after,
@@ -239,6 +241,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"), help="where mutation.md and mutation.json go")
     ap.add_argument("--suites", default="", help="grade with the suites in this folder (another version of them)")
     ap.add_argument("--max-mutants", type=int, default=None, help="at most this many mutants a part, spread evenly")
+    ap.add_argument("--learners", action="store_true", help="the learners' operators' mutants alone "
+                    "(LEARNER_OPERATORS): mutation-learners.md")
     args = ap.parse_args(argv)
     # A kernel exercise's parts run in Triton's interpreter here, chosen when triton is first imported (its language's
     # own functions are made then), which torch may do early (torch._dynamo): so before any part is run.
@@ -246,12 +250,13 @@ def main(argv=None) -> int:
     results = []
     for assignment in args.assignments:
         results.append(run(assignment, args.draws, args.only, lambda s: print(s, file=sys.stderr, flush=True),
-                           args.suites, args.max_mutants))
+                           args.suites, args.max_mutants, LEARNER_OPERATORS if args.learners else ()))
     text = report(results)
     print(text)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     name = "mutation" if not args.only and len(args.assignments) > 1 else f"mutation-{'-'.join(args.assignments)}"
+    name += "-learners" if args.learners else ""
     (out / f"{name}.md").write_text(text)
     (out / f"{name}.json").write_text(json.dumps(results, indent=1))
     return 0
