@@ -338,7 +338,7 @@ class Learner:
         """The wall-clock time and the CPU limit (`_read`'s `cpu`) of learner code allowed `seconds`: the limit is
         charged in the CPU time the kernel counts for its sandbox, so a busy machine stretching it costs nothing; the
         wall clock, WALL_PER_CPU times as long, stops code that waits without using the CPU."""
-        return self._left(seconds * WALL_PER_CPU), (measure.cpu_seconds(self), seconds)
+        return self._left(seconds * WALL_PER_CPU), (measure.sandbox_cpu_seconds(self.sandbox, self.proc), seconds)
 
     def _await_output(self, fd: int, end: float, base: float, seconds: float):
         """Until the worker has written to `fd`: TimeoutError past `end` (the wall clock), _CpuSpent once its sandbox
@@ -349,7 +349,7 @@ class Learner:
                 raise TimeoutError
             if select.select([fd], [], [], min(left, CPU_POLL_S))[0]:
                 return
-            if measure.cpu_seconds(self) - base > seconds:
+            if measure.sandbox_cpu_seconds(self.sandbox, self.proc) - base > seconds:
                 raise _CpuSpent
 
     def _ended(self) -> str:

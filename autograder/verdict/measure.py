@@ -52,6 +52,13 @@ def cpu_seconds(proxy: Worker) -> float:
     return _tree_cpu_seconds(proxy.proc.pid)
 
 
+def sandbox_cpu_seconds(sandbox, proc) -> float:
+    """CPU seconds of a worker's sandbox (its cgroup's count), else of its process tree as it is now, noting nothing:
+    for limits, where `cpu_seconds` is for measures."""
+    cpu = sandbox.cpu_seconds() if sandbox is not None else None
+    return cpu if cpu is not None else _tree_cpu_seconds(proc.pid)
+
+
 def _tree_cpu_seconds(pid: int) -> float:
     """CPU time of a live process tree (fallback without cgroups: ended children may be missing)."""
     import psutil
@@ -100,8 +107,7 @@ class CpuLimit(_Polling):
     def _used(self) -> float:
         """CPU seconds of the worker's sandbox, read from the sandbox and process taken at the start (the worker
         object may be reset meanwhile by the thread that waits for it)."""
-        cpu = self.sandbox.cpu_seconds() if self.sandbox is not None else None
-        return cpu if cpu is not None else _tree_cpu_seconds(self.proc.pid)
+        return sandbox_cpu_seconds(self.sandbox, self.proc)
 
     def _poll(self):
         while not self.stop.wait(self.interval):
