@@ -199,9 +199,13 @@ def check(side, ns: dict, part: Part, family: str, seed: int):
     for i, (plain, call, expected) in enumerate(calls):
         got = side.remade(call, seed) if family == "state_dict" else side.run(call, family)
         wrong = expected.judge(call, got)
-        # no value check makes a precise call: this family alone can charge it
-        if wrong and (i < len(precise) or not _value_is_wrong(side, ns, part, plain)):
-            raise Diagnosis(f"{SAID[family]}, {call}: {wrong}", *side.explain(call, got, expected))
+        if wrong:
+            # asked now, before `_value_is_wrong` calls the learner's code again: the explanation is of the learner's
+            # last call (contract.explain_outcome), which would then be the plain one (rope_in_place lost its cause so)
+            said = side.explain(call, got, expected)
+            # no value check makes a precise call: this family alone can charge it
+            if i < len(precise) or not _value_is_wrong(side, ns, part, plain):
+                raise Diagnosis(f"{SAID[family]}, {call}: {wrong}", *said)
 
 
 def _low_precision(side, ns: dict, part: Part, seed: int):
