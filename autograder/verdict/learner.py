@@ -311,17 +311,12 @@ class Learner:
             message, size = read_frame(fd, end, max_payload=self.settings.max_frame_bytes, seal=self.seal)
             self.grading.largest_frame = max(self.grading.largest_frame, size)
             return message
-        except _CpuSpent:
-            assert cpu is not None
+        except (_CpuSpent, TimeoutError) as e:
             self._log_stderr(during)
             self._die()
             self.deaths += 1
-            self._last_death = _unfinished_message(cpu[1], during, "of CPU time ")
-        except TimeoutError:
-            self._log_stderr(during)
-            self._die()
-            self.deaths += 1
-            self._last_death = _unfinished_message(timeout, during)
+            self._last_death = (_unfinished_message(e.args[0], during, "of CPU time ") if isinstance(e, _CpuSpent)
+                                else _unfinished_message(timeout, during))
         except ProtocolError as e:
             self._die()
             self.deaths += 1
@@ -350,7 +345,7 @@ class Learner:
             if select.select([fd], [], [], min(left, CPU_POLL_S))[0]:
                 return
             if measure.sandbox_cpu_seconds(self.sandbox, self.proc) - base > seconds:
-                raise _CpuSpent
+                raise _CpuSpent(seconds)
 
     def _ended(self) -> str:
         """How the worker ended, in the grader's words (not the learner's)."""
@@ -610,7 +605,7 @@ CPU_POLL_S = 0.1                 # how often a wait for learner code reads its s
 
 
 class _CpuSpent(Exception):
-    """Learner code used the CPU time it was allowed."""
+    """Learner code used the CPU time it was allowed (the seconds, its argument)."""
 
 
 def _unfinished_message(seconds: float, during: str, unit: str = "") -> str:
