@@ -75,12 +75,11 @@ def draw_norm(d: Draw) -> Call:
     return Call("LayerNorm", (_x(d, D),), ctor=(D,), ctor_kwargs=ctor_kwargs, state=state)
 
 
-def _norm_plain(c: Call):
-    """float32's baseline on float32 arguments; on float64 ones (the module moved to float64) a plain float64
-    computation: float32's would allow a LayerNorm that computes in float32 whatever its dtype."""
+def _norm_plain(c: Call, dtype):
+    """The plain computation at `dtype` (contract.at_call_precision chooses it from the call): float32's baseline, or
+    a plain float64 computation (oracles.plain_norm)."""
     state, eps = _norm_state(c)
-    x = c.args[0]
-    return plain_norm(state, x, eps) if x.dtype == torch.float64 else _norm_values(c, torch.float32)
+    return plain_norm(state, c.args[0], eps) if dtype == torch.float64 else norm_baseline(state, c.args[0], eps)
 
 
 def _norm_state(c: Call) -> tuple[dict, float]:
@@ -180,7 +179,7 @@ def block_edges(d: Draw) -> list[Call]:
 
 
 CONTRACT = {
-    "LayerNorm": Part(draw_norm, lambda c: _norm_values(c, torch.float64), _norm_plain,
+    "LayerNorm": Part(draw_norm, lambda c: _norm_values(c, torch.float64), at_call_precision(_norm_plain),
                       rounded=_norm_rounded, promises=Promises(module=True, edges=norm_edges, precise=norm_precise)),
     "FeedForward": Part(draw_ff, lambda c: plain_ff(c.state, c.args[0].double()),
                         lambda c: plain_ff(c.state, c.args[0]), promises=Promises(module=True, edges=ff_edges)),
