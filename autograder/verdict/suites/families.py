@@ -99,7 +99,10 @@ def calls_for(part: Part, ns: dict, family: str, seed: int) -> list[tuple[Call, 
         if not applies(part, plain, family) or (i < edges and taken >= EDGES):
             continue
         call = _cast(plain, torch.float64) if family == "float64" else plain
-        expected = expected_of(part, call, ns, family=family if family in ("float64", "meta") else None)
+        # The course's code called as the family calls it: on arguments laid out otherwise, its reductions add in
+        # another order, and its answer there is one of the baselines of the error allowed (LayerNorm(284)'s erred
+        # 1.2 times what its answer on contiguous arguments allowed, in 1 of 2,000 gradings' draws).
+        expected = expected_of(part, call, ns, family=family if family in ("float64", "meta", "strided") else None)
         if "raised" in expected.outcome:
             continue
         out.append((plain, call, expected))
