@@ -94,6 +94,9 @@ RED_TEAM = {
     "a real metaclass through typing.Type[int]'s __mro_entries__": (
         "import typing\nclass _Meta(typing.Type[int]):\n    pass\n"
         "def f(q):\n    return _Meta('C', (), {'__array_interface__': {}})\n"),
+    "Python's own type as what types.resolve_bases returns for typing.Type[int]": (
+        "import types, typing\nT = types.resolve_bases((typing.Type[int],))[0]\n"
+        "def f(q):\n    return T('C', (), {'__array_interface__': {}})\n"),
     "str.format reading a traceback's frames": (
         "def f(q):\n    try:\n        raise ValueError()\n    except ValueError as e:\n"
         "        return '{0.__traceback__.tb_frame.f_back.f_locals}'.format(e)\n"),
@@ -250,6 +253,67 @@ RED_TEAM = {
 @pytest.mark.parametrize("route_name", sorted(RED_TEAM))
 def test_the_red_teams_routes_are_refused_while_they_run(route_name):
     assert refused(RED_TEAM[route_name]), RED_TEAM[route_name]
+
+
+def _probes() -> list:
+    """What learner code can hold and hand the standard library's functions of types: generic aliases (whose
+    __mro_entries__ stand for classes), classes, and containers of them; made afresh for each call (some change
+    them). typing's spellings are the point here, not annotations."""
+    import typing
+
+    alias = typing.Type[int]  # noqa: UP006
+    return [alias, typing.Type, typing.Type[typing.Any], typing.List[int], list[int], int, (alias,), [alias],  # noqa: UP006
+            {"a": alias}, typing.Optional[alias], typing.Callable[[int], int], typing.Tuple[alias]]  # noqa: UP006, UP045
+
+
+def _held(value, depth: int = 0):
+    """`value` and what learner code reaches in it by a subscript or a loop, which no guard reads."""
+    import itertools
+
+    yield value
+    if depth < 3 and isinstance(value, (tuple, list, set, frozenset, dict)):
+        for item in itertools.islice(value.items() if isinstance(value, dict) else value, 20):
+            yield from _held(item, depth + 1)
+
+
+def test_no_function_of_the_standard_library_hands_learner_code_a_metaclass():
+    """Python's own `type` (or any metaclass) in learner code's hands makes a class of any namespace: one that hands
+    numpy raw memory. Attribute reads and names meet the guards, which swap `type` for the policy's; what a call
+    returns does not. So no allowed function of the modules of types and classes returns one, or a container of one,
+    for what learner code can hold (types.resolve_bases did, for typing.Type[int]: a red team's route)."""
+    import abc
+    import collections.abc
+    import contextlib
+    import copy
+    import dataclasses
+    import functools
+    import itertools
+    import numbers
+    import operator
+    import string
+    import types
+    import typing
+
+    from autograder.verdict import policy
+
+    found, n = set(), len(_probes())
+    arguments = [(i,) for i in range(n)] + [(i, j) for i in range(6) for j in range(6)]
+    for module in (typing, types, functools, operator, itertools, copy, abc, collections, collections.abc,
+                   dataclasses, numbers, contextlib, string):
+        for name in dir(module):
+            path = f"{module.__name__}.{name}"
+            f = getattr(module, name)
+            if name.startswith("_") or not callable(f) or not policy.allowed(path) or f is typing.reveal_type:
+                continue
+            for which in arguments:
+                probes = _probes()
+                try:
+                    out = f(*(probes[i] for i in which))
+                except Exception:  # noqa: BLE001 - refused arguments: nothing handed back
+                    continue
+                if any(isinstance(v, type) and issubclass(v, type) for v in _held(out)):
+                    found.add(path)
+    assert not found, sorted(found)
 
 
 def test_numpy_reads_no_raw_memory_from_a_class_of_the_learner_s():

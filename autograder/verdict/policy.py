@@ -51,7 +51,7 @@ DENIED = (
     # ... and its readers and writers of any attribute: a Formatter's get_field, the table of copy's reductions
     "string.Formatter", "copy.dispatch_table",
     # ... and what gives Python's own `type` (which makes a class of any namespace: the guards give their own)
-    "types.prepare_class", "typing.get_origin",
+    "types.prepare_class", "types.resolve_bases", "typing.get_origin",
     # Triton, where an exercise allows it (its suite's ALLOWED_MODULES): its language and `triton.jit`, never its
     # compiler, runtime (the interpreter the course's instruments count in), backends, settings or tools
     "triton.runtime", "triton.compiler", "triton.backends", "triton.knobs", "triton.tools", "triton.testing",
