@@ -175,10 +175,13 @@ def promises_source(assignment: str) -> str:
                                     for d in p.promises.low_precision))
         items.append(f"{listed(low)} also take{'s' if one else ''} {listed(dtypes)} arguments, and "
                      f"answer{'s' if one else ''} in {'their dtype' if len(dtypes) > 1 else dtypes[0]} at its "
-                     "precision (compute in float32 where the float16 steps would lose too much).")
+                     "precision (compute inside in float32 where sums and exponentials in the lower dtype would lose "
+                     "too much, then convert the answer).")
     if parts("gradients"):
-        items.append(f"Gradients reach every floating argument and every parameter ({listed(parts('gradients'))}): "
-                     "no `.detach()`, `.data` or `torch.no_grad()` on the way from an input to an output.")
+        items.append(f"Gradients reach every floating argument and every parameter ({listed(parts('gradients'))}), "
+                     "as autograd gives them through your computation: no `.detach()`, `.data` or `torch.no_grad()` "
+                     "on a path by which an input changes an output (a softmax's shift by its row maximum changes no "
+                     "output, so it may be detached).")
     if parts("float64"):
         items.append(f"A module ({listed(parts('float64'))}) moves every tensor it uses with `.to(torch.float64)` and "
                      "`.to(\"meta\")` (keep constant tensors in buffers, `register_buffer`), computes in float64 once "

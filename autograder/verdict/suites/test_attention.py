@@ -89,13 +89,14 @@ def _sdpa_truth(c: Call, dtype=torch.float64):
 
 def _sdpa_slack(c: Call) -> float:
     """Scores known to float32's precision for float16 and bfloat16 arguments: the notebook has them computed in
-    float32 ("where the float16 steps would lose too much")."""
+    float32 ("where sums and exponentials in the lower dtype would lose too much")."""
     return scores_slack(c, torch.float32 if c.args[0].dtype in LOW else None)
 
 
 def _sdpa_plain(c: Call):
     """A plain computation at the precision the notebook asks for: the arguments' own, or float32 inside for float16
-    and bfloat16 ("compute in float32 where the float16 steps would lose too much"), answered in their dtype."""
+    and bfloat16 ("compute inside in float32 where sums and exponentials in the lower dtype would lose too much"),
+    answered in their dtype."""
     dtype = c.args[0].dtype
     if dtype in LOW:
         return tuple(t.to(dtype) for t in _sdpa_truth(c, torch.float32))
