@@ -85,8 +85,8 @@ def strided(a):
 
 
 def _change(out):
-    """Change a result in place, as a caller may (the tensors of a tuple too); one that cannot be written in place (an
-    expanded view) is left as it is: no caller can change it."""
+    """Change a result or the arguments of a call in place, as a caller may (the tensors of a tuple or list too); one
+    that cannot be written in place (an expanded view) is left as it is: no caller can change it."""
     import torch
 
     for t in out if isinstance(out, (tuple, list)) else [out]:
@@ -99,6 +99,17 @@ def _change(out):
                 t.add_(1)
         except RuntimeError:
             pass
+
+
+def _copied(obj):
+    """`obj` (a call's output or argument) with each tensor copied out of autograd's graph, in tuples and lists too."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_copied(o) for o in obj)
+    return obj
 
 
 def _to(a, where):
@@ -114,7 +125,8 @@ def _to(a, where):
 def call_family(f, args, kwargs, family: str, last_rows: int | None = None) -> dict:
     """`f` called as one family of checks calls it, with its answer as `call_twice` gives it (first, second,
     args_after): "strided" on arguments that are not contiguous; "changed" a second time (autograd on) after the
-    caller changed the first call's result in place (the first call's arguments as that left them); "meta" on
+    caller changed the first call's result in place (the first call's arguments as that left them), its answer read
+    again after the caller changed that call's arguments in place (as "first"; as it was, "second"); "meta" on
     arguments on the "meta" device (a module after `.to("meta")`; one call); and for a module, "float64" after
     `.to(torch.float64)` on float64 arguments, "train" in training mode (the two calls must agree: no dropout)."""
     import torch
@@ -128,10 +140,13 @@ def call_family(f, args, kwargs, family: str, last_rows: int | None = None) -> d
         with torch.enable_grad():                   # as call_twice's second call: what autograd alone does shows
             second_args, named = [fresh(a, True) for a in args], {k: fresh(v, True) for k, v in kwargs.items()}
             second = detached(f(*second_args, **named))
-        second = tail(second, last_rows) if last_rows else second
-        return {"first": second, "second": second,
-                "args_after": [[detached(a) for a in (*first_args, *first_named.values())],
-                               [detached(a) for a in (*second_args, *named.values())]]}
+        left = [_copied(a) for a in (*second_args, *named.values())]
+        answered = _copied(second)
+        with torch.no_grad():                       # then the caller changes the arguments: the answer stays
+            _change([*second_args, *named.values()])
+        second, answered = (tail(second, last_rows), tail(answered, last_rows)) if last_rows else (second, answered)
+        return {"first": second, "second": answered,
+                "args_after": [[detached(a) for a in (*first_args, *first_named.values())], left]}
     if family == "meta":
         if isinstance(f, torch.nn.Module):
             f.to("meta")

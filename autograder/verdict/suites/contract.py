@@ -140,6 +140,9 @@ class Promises:
     module: bool = False                 # an nn.Module (made, given a state, then called)
     takes: str = "floats"                # what its calls pass: "floats" (floating tensors), "tensors", "sizes"
     low_precision: tuple = ()
+    # each entry of an answer in a lower dtype is the truth rounded once, from float32 inside (rope's rotation): within
+    # one unit in its own last place, not only within the dtype's error at the answer's largest entry
+    rounded_once: bool = False
     differentiable: bool = True
     edges: Callable[[Draw], list[Call]] | None = None
     precise: Callable[[Draw], list[Call]] | None = None

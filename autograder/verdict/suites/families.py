@@ -39,8 +39,9 @@ EDGES, CALLS = 2, 1            # per family, part and grading: the first edge ca
 # What each family's failure says first: how the call was made.
 SAID = {
     "strided": "on arguments that are not contiguous in memory (as a view of a transposed or permuted tensor is)",
-    "changed": "called again after the caller changed the first call's result in place (a result must not be shared "
-               "with an argument or with another call)",
+    "changed": "called again after the caller changed the first call's result in place, and its answer read again "
+               "after the caller changed its arguments in place (a result must not share memory with an argument or "
+               "with another call)",
     "float64": "after .to(torch.float64), on float64 inputs (every tensor the module uses must move with it: keep "
                "constant tensors in buffers, register_buffer; and it answers at float64's precision, nothing "
                "computed in float32 inside)",
@@ -221,13 +222,37 @@ def _low_precision(side, ns: dict, part: Part, seed: int):
             if "raised" in expected.outcome or _overflows(expected):
                 continue
             got = side.run(call)
-            wrong = expected.judge(call, got)
+            wrong = expected.judge(call, got) or (part.promises.rounded_once and _not_rounded_once(got, expected,
+                                                                                                    dtype))
             # No cause is named here: the known mistakes are written at float32 and float64, and in a lower dtype their
             # answers differ from the course's by its precision too, so one may match a learner's for that alone (a
             # float16 attention was told its maximum was taken before masking, with no mask given).
             if wrong and (i < len(precise) or not _value_is_wrong(side, ns, part, plain)):     # (as in `check`)
                 raise Diagnosis(f"on {_name(dtype)} inputs (answered in their dtype, at its precision), {call}: "
                                 f"{wrong}")
+
+
+def _not_rounded_once(got, expected: Expected, dtype) -> str | None:
+    """Where an entry of the answer is more than one unit in its own last place from the truth, beyond what float32
+    inside may err (its error at the answer's largest entry, and the call's slack: angles known to float32's
+    precision): the truth rounded once to `dtype` is within half of one. An answer computed in the lower dtype step by
+    step (cos and sin rounded, then each product and sum) is off by several units in entries smaller than the
+    largest."""
+    first, truth = got.get("first"), expected.truth
+    if not (isinstance(first, torch.Tensor) and isinstance(truth, torch.Tensor) and first.shape == truth.shape
+            and first.numel()):
+        return None
+    t = truth.double()
+    unit = torch.finfo(dtype).eps * torch.maximum(t.abs(), torch.full_like(t, torch.finfo(dtype).tiny))
+    off = (first.double() - t).abs() - unit - torch.finfo(torch.float32).eps * float(t.abs().max()) - expected.slack
+    i = int(off.reshape(-1).argmax())
+    if float(off.reshape(-1)[i]) <= 0:
+        return None
+    idx = [int(x) for x in torch.unravel_index(torch.tensor(i), t.shape)]
+    mine, right = float(first.double().reshape(-1)[i]), float(t.reshape(-1)[i])
+    units = abs(mine - right) / float(unit.reshape(-1)[i])
+    return (f"the entry at index {idx} is {mine:.6g} where {right:.6g} is right: {units:.1f} units in its last place "
+            "(the right answer rounded once is within half of one: compute in float32 and convert the result)")
 
 
 def _overflows(expected: Expected) -> bool:

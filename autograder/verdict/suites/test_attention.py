@@ -213,25 +213,31 @@ def _mha_call(d: Draw, D: int, H: int, args: list, kwargs: dict | None = None, b
 
 def mha_edges(d: Draw) -> list[Call]:
     """One head with a mask (B, 1, Lq, Lk), heads of width 1 over one position, cross-attention with empty rows, a key
-    without a value, no biases."""
+    without a value, no biases, and a causal mask (L, L) that every batch and head shares (the caller's, to leave as
+    it is: not made (1, 1, L, L) in place)."""
     return [_mha_call(d, 4, 1, [d.randn(2, 3, 4)], {"mask": d.mask(2, 1, 3, 3)}, about="one head, a mask (B, 1, L, L)"),
             _mha_call(d, 4, 4, [d.randn(2, 1, 4)], about="heads of width 1, one position"),
             _mha_call(d, 6, 2, [d.randn(2, 3, 6), d.randn(2, 4, 6)], {"mask": d.mask(2, 1, 3, 4, empty_rows=True)},
                       about="cross-attention, a mask with rows all False"),
             _mha_call(d, 6, 3, [d.randn(1, 2, 6), d.randn(1, 5, 6)], about="key given, value defaults to it"),
-            _mha_call(d, 4, 2, [d.randn(2, 3, 4)], bias=False, about="no biases")]
+            _mha_call(d, 4, 2, [d.randn(2, 3, 4)], bias=False, about="no biases"),
+            _mha_call(d, 6, 2, [d.randn(2, 4, 6)], {"mask": torch.ones(4, 4, dtype=torch.bool).tril()},
+                      about="a causal mask (L, L)")]
 
 
 def blockwise_edges(d: Draw) -> list[Call]:
-    """One key, one query, blocks of one key, a block longer than the keys, causal with Lq > Lk and Lq < Lk."""
+    """One key, causal with Lq > Lk (among the first two, which every family checks too: the causal branch is
+    checked on every device and layout), one query, blocks of one key, a block longer than the keys, causal with
+    Lq < Lk."""
     B = "blockwise_attention"
 
     def qkv(Lq, Lk, dim=4):
         return d.randn(Lq, dim), d.randn(Lk, dim), d.randn(Lk, 3)
 
-    return [Call(B, qkv(5, 1), {"block_size": 4}, about="one key"), Call(B, qkv(1, 9), {"block_size": 4}),
-            Call(B, qkv(6, 7), {"block_size": 1}), Call(B, qkv(6, 7), {"block_size": 100}),
+    return [Call(B, qkv(5, 1), {"block_size": 4}, about="one key"),
             Call(B, qkv(9, 4), {"causal": True, "block_size": 3}, about="causal, Lq > Lk"),
+            Call(B, qkv(1, 9), {"block_size": 4}), Call(B, qkv(6, 7), {"block_size": 1}),
+            Call(B, qkv(6, 7), {"block_size": 100}),
             Call(B, qkv(3, 10), {"causal": True, "block_size": 4}, about="causal, Lq < Lk")]
 
 

@@ -152,7 +152,8 @@ CONTRACT = {
                                 promises=Promises(takes="sizes", edges=sinusoidal_edges)),
     "rope": Part(draw_rope, lambda c: plain_rope(c.args[0].double(), _base_of(c)),
                  lambda c: plain_rope(c.args[0], _base_of(c)), vary_rope, slack=rope_slack,
-                 promises=Promises(low_precision=LOW, edges=rope_edges, precise=rope_precise)),
+                 promises=Promises(low_precision=LOW, rounded_once=True, edges=rope_edges,
+                                   precise=rope_precise)),
     "alibi_bias": Part(draw_alibi, lambda c: plain_alibi(c.args[0], c.args[1], dtype=torch.float64),
                        promises=Promises(takes="sizes", edges=alibi_edges)),
 }
