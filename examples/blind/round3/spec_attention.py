@@ -1,0 +1,85 @@
+"""My reading of the attention notebook's text."""
+import math
+
+import torch
+from torch import nn
+
+PARTS = {"scaled_dot_product_attention": ["scaled_dot_product_attention"], "causal_mask": ["causal_mask"],
+         "MultiHeadAttention": ["MultiHeadAttention"], "blockwise_attention": ["blockwise_attention"]}
+
+
+def scaled_dot_product_attention(q, k, v, mask=None):
+    """softmax(q k^T / sqrt(d)) v, where mask (True = may attend) removes keys; returns (out, weights)."""
+    dtype = q.dtype
+    compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    q, k, v = q.to(compute), k.to(compute), v.to(compute)
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    top = scores.amax(-1, keepdim=True)
+    top = torch.where(top == float("-inf"), torch.zeros_like(top), top)
+    e = torch.exp(scores - top)
+    total = e.sum(-1, keepdim=True)
+    weights = e / torch.where(total == 0, torch.ones_like(total), total)
+    out = weights @ v
+    return out.to(dtype), weights.to(dtype)
+
+
+def causal_mask(seq_len, device=None):
+    """mask[i, j] = True where key j <= query i: the lower triangle, diagonal included."""
+    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
+
+
+class MultiHeadAttention(nn.Module):
+    """n_heads heads of size d_model // n_heads side by side; forward(query, key=None, value=None, mask=None)."""
+
+    def __init__(self, d_model, n_heads, bias=True):
+        super().__init__()
+        if d_model % n_heads:
+            raise ValueError(f"n_heads = {n_heads} does not divide d_model = {d_model}")
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_model // n_heads
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def forward(self, query, key=None, value=None, mask=None):
+        key = query if key is None else key
+        value = key if value is None else value
+        B, Lq, _ = query.shape
+        Lk = key.shape[1]
+
+        def heads(t, L):
+            return t.reshape(B, L, self.n_heads, self.d_head).transpose(1, 2)
+
+        q = heads(self.q_proj(query), Lq)
+        k = heads(self.k_proj(key), Lk)
+        v = heads(self.v_proj(value), Lk)
+        out, _ = scaled_dot_product_attention(q, k, v, mask)
+        return self.out_proj(out.transpose(1, 2).reshape(B, Lq, self.d_model))
+
+
+def blockwise_attention(q, k, v, causal=False, block_size=64):
+    """softmax(q k^T / sqrt(d)) v, one block of keys at a time with an online softmax."""
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    lead = q.shape[:-2]
+    m = torch.full((*lead, Lq, 1), float("-inf"), dtype=q.dtype, device=q.device)
+    l = torch.zeros((*lead, Lq, 1), dtype=q.dtype, device=q.device)
+    a = torch.zeros((*lead, Lq, v.shape[-1]), dtype=q.dtype, device=q.device)
+    rows = torch.arange(Lq, device=q.device)[:, None]
+    for start in range(0, Lk, block_size):
+        kb = k[..., start:start + block_size, :]
+        vb = v[..., start:start + block_size, :]
+        s = (q @ kb.transpose(-2, -1)) * scale
+        if causal:
+            cols = torch.arange(start, start + kb.shape[-2], device=q.device)[None, :]
+            s = s.masked_fill(cols > rows, float("-inf"))
+        m_new = torch.maximum(m, s.amax(-1, keepdim=True))
+        m_safe = torch.where(m_new == float("-inf"), torch.zeros_like(m_new), m_new)
+        c = torch.exp(m - m_safe)
+        p = torch.exp(s - m_safe)
+        l = l * c + p.sum(-1, keepdim=True)
+        a = a * c + p @ vb
+        m = m_new
+    return a / l
