@@ -162,7 +162,8 @@ def promises_source(assignment: str) -> str:
         items.append(f"A tensor argument may be a view that is not contiguous in memory, a slice or a transposed "
                      f"tensor ({listed(parts('strided'))}): where you reshape an argument, use `reshape`, not `view`.")
     items.append("Every result is a new tensor: a caller who changes it in place changes no argument and no later "
-                 "result (no cache that hands out the same tensor twice, never an argument itself).")
+                 "result, and one who changes an argument afterwards changes no result (no cache that hands out the "
+                 "same tensor twice, never an argument itself or a view of one, as `expand` gives).")
     functions = [n for n in parts("meta") if n not in parts("float64")]
     if functions:
         items.append(f"A result is made on its arguments' device ({listed(functions)}): the tests also call with "
