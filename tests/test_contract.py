@@ -113,6 +113,60 @@ def test_the_course_s_own_code_keeps_every_family_s_promise(asg, name):
         assert families.witness(part, ns, ns, seed) is None, seed
 
 
+def _graded_side(asg: str, bug_name: str, part_name: str):
+    """A known mistake's code as a grading's families see it: each value the value checks charge is charged once."""
+    from autograder.verdict.suites import families
+
+    bug = next(v for v in variants.load(asg) if v.name == bug_name)
+    ns = variants.executed(asg, bug.cells)
+    side = families.Here(ns, suite(asg).CONTRACT[part_name])
+    side.charges_values_once = True
+    return side, ns
+
+
+def _charges(asg: str, bug_name: str, part_name: str, family: str, seeds) -> list[int]:
+    from autograder.verdict.suites import families
+
+    side, _ = _graded_side(asg, bug_name, part_name)
+    part, reference = suite(asg).CONTRACT[part_name], reference_namespace(asg)
+    charged = []
+    for seed in seeds:
+        try:
+            families.check(side, reference, part, family, seed)
+        except families.Diagnosis:
+            charged.append(seed)
+    return charged
+
+
+def test_the_fresh_result_family_puts_back_what_it_changed():
+    """A mask cut from a table the code keeps is shared with the next call: the family charges it at every grading,
+    then puts the table back, so that the checks after it see the code as the learner left it (the score of
+    causal_table_128 varied when the family's changes stayed)."""
+    from autograder.verdict.suites import families
+
+    side, ns = _graded_side("attention", "causal_table_128", "causal_mask")
+    table = ns["_TABLE"].clone()
+    assert _charges("attention", "causal_table_128", "causal_mask", "changed", range(4)) == [0, 1, 2, 3]
+    for seed in range(4):
+        with pytest.raises(families.Diagnosis):
+            families.check(side, reference_namespace("attention"), side.part, "changed", seed)
+    assert torch.equal(ns["_TABLE"], table)
+
+
+@pytest.mark.parametrize("family", ["changed", "meta", "train", "state_dict", "strided"])
+def test_a_call_that_raises_where_other_calls_answer_is_charged_once(family):
+    """Keys projected from the query raise on cross-attention alone, which only some gradings draw for a family: the
+    value checks charge that exception, and no family charges it again (its score varied by 0.58 so)."""
+    assert _charges("attention", "mha_keys_from_query", "MultiHeadAttention", family, range(12)) == []
+
+
+def test_a_gradient_of_nan_where_the_right_one_is_zero_is_wrong():
+    """torch.where around 0/0 gives the right answer on a row whose every key is masked, and NaN back through the
+    branch it did not take: the family charges it on the edge every grading holds, where the right gradient is 0."""
+    assert _charges("attention", "sdpa_no_max_subtracted", "scaled_dot_product_attention", "gradients",
+                    range(4)) == [0, 1, 2, 3]
+
+
 def test_rounding_runs_grow_with_the_conditioning():
     """A LayerNorm over a row whose entries nearly agree multiplies the rounding of its input: the runs under random
     rounding err far more there than on a row of spread entries, the same runs again from the same generator, and

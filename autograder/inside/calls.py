@@ -101,6 +101,20 @@ def _change(out):
             pass
 
 
+def _put_back(obj, copy):
+    """Each tensor of `obj` given back the values of its `copy` (_copied), where it can be written."""
+    import torch
+
+    if isinstance(obj, torch.Tensor) and obj.device.type != "meta" and isinstance(copy, torch.Tensor):
+        try:
+            obj.copy_(copy)
+        except RuntimeError:
+            pass
+    elif isinstance(obj, (tuple, list)) and isinstance(copy, (tuple, list)):
+        for o, c in zip(obj, copy):
+            _put_back(o, c)
+
+
 def _copied(obj):
     """`obj` (a call's output or argument) with each tensor copied out of autograd's graph, in tuples and lists too."""
     import torch
@@ -126,7 +140,8 @@ def call_family(f, args, kwargs, family: str, last_rows: int | None = None) -> d
     """`f` called as one family of checks calls it, with its answer as `call_twice` gives it (first, second,
     args_after): "strided" on arguments that are not contiguous; "changed" a second time (autograd on) after the
     caller changed the first call's result in place (the first call's arguments as that left them), its answer read
-    again after the caller changed that call's arguments in place (as "first"; as it was, "second"); "meta" on
+    again after the caller changed that call's arguments in place (as "first"; as it was, "second"), what the caller
+    changed then put back (state the code keeps, a table it hands out, is as before for the checks after); "meta" on
     arguments on the "meta" device (a module after `.to("meta")`; one call); and for a module, "float64" after
     `.to(torch.float64)` on float64 arguments, "train" in training mode (the two calls must agree: no dropout)."""
     import torch
@@ -136,17 +151,22 @@ def call_family(f, args, kwargs, family: str, last_rows: int | None = None) -> d
     if family == "changed":
         with torch.no_grad():
             first_args, first_named = [fresh(a, False) for a in args], {k: fresh(v, False) for k, v in kwargs.items()}
-            _change(f(*first_args, **first_named))
+            out = f(*first_args, **first_named)
+            before = _copied(out)
+            _change(out)
         with torch.enable_grad():                   # as call_twice's second call: what autograd alone does shows
             second_args, named = [fresh(a, True) for a in args], {k: fresh(v, True) for k, v in kwargs.items()}
             second = detached(f(*second_args, **named))
-        left = [_copied(a) for a in (*second_args, *named.values())]
-        answered = _copied(second)
+        sent = [*second_args, *named.values()]
+        left, answered = [_copied(a) for a in sent], _copied(second)
         with torch.no_grad():                       # then the caller changes the arguments: the answer stays
-            _change([*second_args, *named.values()])
-        second, answered = (tail(second, last_rows), tail(answered, last_rows)) if last_rows else (second, answered)
-        return {"first": second, "second": answered,
-                "args_after": [[detached(a) for a in (*first_args, *first_named.values())], left]}
+            _change(sent)
+        after = _copied(second), [_copied(a) for a in (*first_args, *first_named.values())]
+        with torch.no_grad():       # and puts back what it changed: a table the code keeps is as it was for later calls
+            _put_back(sent, left)
+            _put_back(out, before)
+        first, answered = (tail(after[0], last_rows), tail(answered, last_rows)) if last_rows else (after[0], answered)
+        return {"first": first, "second": answered, "args_after": [after[1], left]}
     if family == "meta":
         if isinstance(f, torch.nn.Module):
             f.to("meta")

@@ -113,16 +113,23 @@ def calls_for(part: Part, ns: dict, family: str, seed: int) -> list[tuple[Call, 
     return out
 
 
-def _value_is_wrong(side, ns: dict, part: Part, plain: Call) -> bool:
+def _value_is_wrong(side, ns: dict, part: Part, plain: Call, others: list[Call]) -> bool:
     """Whether the answer to `plain`, called as the value checks call it, is a wrong value: then those checks charge
     the mistake, and a family has nothing of its own to say. One mistake loses its points once, whether or not this
-    grading's draws happen to show it to a family too. An exception is no value: a part that raises (one not written
-    yet) keeps no promise. The oracle of the mutation testing (`Here`) takes every failure as a witness."""
+    grading's draws happen to show it to a family too. An exception where the course's code answers is a wrong value
+    too, from a part that answers one of the family's `others` calls (keys projected from the query raise on
+    cross-attention alone); a part that answers none of them (a stub, code that cannot run) keeps no promise. The
+    oracle of the mutation testing (`Here`) takes every failure as a witness."""
     if not side.charges_values_once:
         return False
     expected = expected_of(part, plain, ns)
+    if "raised" in expected.outcome:
+        return False
     got = side.run(plain)
-    return "raised" not in expected.outcome and "raised" not in got and expected.judge(plain, got) is not None
+    if "raised" in got:
+        return got["raised"] != "NotImplementedError" and any("raised" not in side.run(c) for c in others
+                                                               if c is not plain)
+    return expected.judge(plain, got) is not None
 
 
 class Learner:
@@ -200,6 +207,7 @@ def check(side, ns: dict, part: Part, family: str, seed: int):
     # a module moved to float64 answers at its precision where float32 inside would err most
     calls = [(c, _cast(c, torch.float64), expected_of(part, _cast(c, torch.float64), ns, family="float64"))
              for c in precise] + calls
+    others = [c for c, _, _ in calls[len(precise):]]
     for i, (plain, call, expected) in enumerate(calls):
         got = side.remade(call, seed) if family == "state_dict" else side.run(call, family)
         wrong = expected.judge(call, got)
@@ -208,7 +216,7 @@ def check(side, ns: dict, part: Part, family: str, seed: int):
             # last call (contract.explain_outcome), which would then be the plain one (rope_in_place lost its cause so)
             said = side.explain(call, got, expected)
             # no value check makes a precise call: this family alone can charge it
-            if i < len(precise) or not _value_is_wrong(side, ns, part, plain):
+            if i < len(precise) or not _value_is_wrong(side, ns, part, plain, others):
                 raise Diagnosis(f"{SAID[family]}, {call}: {wrong}", *said)
 
 
@@ -216,7 +224,8 @@ def _low_precision(side, ns: dict, part: Part, seed: int):
     """In each promised dtype, the calls where it loses the most (the promises' `precise`), then the family's own."""
     precise = part.promises.precise(Draw(seed)) if part.promises.precise else []
     for k, dtype in enumerate(part.promises.low_precision):
-        for i, plain in enumerate([*precise, *(c for c, _, _ in calls_for(part, ns, "low precision", seed + 31 * k))]):
+        drawn = [c for c, _, _ in calls_for(part, ns, "low precision", seed + 31 * k)]
+        for i, plain in enumerate([*precise, *drawn]):
             call = _cast(plain, dtype)
             expected = expected_of(part, call, ns)
             if "raised" in expected.outcome or _overflows(expected):
@@ -227,7 +236,7 @@ def _low_precision(side, ns: dict, part: Part, seed: int):
             # No cause is named here: the known mistakes are written at float32 and float64, and in a lower dtype their
             # answers differ from the course's by its precision too, so one may match a learner's for that alone (a
             # float16 attention was told its maximum was taken before masking, with no mask given).
-            if wrong and (i < len(precise) or not _value_is_wrong(side, ns, part, plain)):     # (as in `check`)
+            if wrong and (i < len(precise) or not _value_is_wrong(side, ns, part, plain, drawn)):     # (as in `check`)
                 raise Diagnosis(f"on {_name(dtype)} inputs (answered in their dtype, at its precision), {call}: "
                                 f"{wrong}")
 
@@ -284,11 +293,12 @@ GRAD_FLOOR = 1e-8         # a gradient smaller than this everywhere says nothing
 def _gradients(side, ns: dict, part: Part, seed: int):
     """In float64, the gradient of every floating argument and every parameter of the contract is the one autograd
     gives through the course's code."""
-    for plain, call, expected in calls_for(part, ns, "gradients", seed):
+    calls = calls_for(part, ns, "gradients", seed)
+    for plain, call, expected in calls:
         try:
             _same_gradients(side, ns, part, _cast(call, torch.float64), expected, seed)
         except Diagnosis:
-            if not _value_is_wrong(side, ns, part, plain):
+            if not _value_is_wrong(side, ns, part, plain, [c for c, _, _ in calls]):
                 raise
 
 
@@ -313,6 +323,13 @@ def _same_gradients(side, ns: dict, part: Part, call: Call, expected: Expected, 
 
 
 def _same_gradient(want, have, what: str, said: str):
+    if (isinstance(want, torch.Tensor) and isinstance(have, torch.Tensor) and have.shape == want.shape
+            and bool(torch.isfinite(want).all()) and not bool(torch.isfinite(have).all())):
+        # where the right gradient is 0 everywhere too (every row masked): NaN there is no small gradient
+        bad = int((~torch.isfinite(have)).sum())
+        raise Diagnosis(f"{said}: the gradient of {what} is NaN or infinite in {bad} of {have.numel()} entries, where "
+                        "autograd through the course's code gives finite ones (a torch.where that avoids 0/0 in the "
+                        "answer still sends NaN back through the branch it did not take)")
     if want is None or not want.numel() or float(want.abs().max()) < GRAD_FLOOR:
         return
     if not isinstance(have, torch.Tensor) or not float(have.double().abs().max() if have.numel() else 0):
