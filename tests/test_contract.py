@@ -146,7 +146,6 @@ def test_the_fresh_result_family_puts_back_what_it_changed():
 
     side, ns = _graded_side("attention", "causal_table_128", "causal_mask")
     table = ns["_TABLE"].clone()
-    assert _charges("attention", "causal_table_128", "causal_mask", "changed", range(4)) == [0, 1, 2, 3]
     for seed in range(4):
         with pytest.raises(families.Diagnosis):
             families.check(side, reference_namespace("attention"), side.part, "changed", seed)
