@@ -410,10 +410,12 @@ def test_sdpa_permutation(grading, learner, Lq, Lk, seed):
     out = tensor(sdpa(learner, q, k, v)[0], "out", shape=(2, Lq, 4))
     out_k = tensor(sdpa(learner, q, k[:, pk], v[:, pk])[0], "out", shape=(2, Lq, 4))
     out_q = tensor(sdpa(learner, q[:, pq], k, v)[0], "out", shape=(2, Lq, 4))
-    check(torch.allclose(out_k, out, atol=1e-9),
+    # float32's tolerance though the inputs are float64: a softmax summed in another order (a float32 one, say) is a
+    # matter of precision, which the value checks charge once; a key that loses its value differs by far more
+    check(torch.allclose(out_k, out, atol=1e-5),
           f"with Lq = {Lq}, Lk = {Lk}, permuting the keys and values together changed the output by up to "
           f"{float((out_k - out).abs().max()):.3g}; attention takes the keys as a set, each with its value")
-    check(torch.allclose(out_q, out[:, pq], atol=1e-9),
+    check(torch.allclose(out_q, out[:, pq], atol=1e-5),
           f"with Lq = {Lq}, Lk = {Lk}, permuting the queries changed the output rows by up to "
           f"{float((out_q - out[:, pq]).abs().max()):.3g} beyond permuting them; query i's output depends on q[i] "
           "alone")
