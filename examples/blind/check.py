@@ -1,7 +1,8 @@
 """Check the blind corpus: every entry is what it claims to be.
 
-Run: .venv/bin/python examples/blind/check.py [assignment ...] [-k substring] [--no-visible] [--train]
-(--train also runs the transformer notebook's visible training cell for each transformer entry: slow, informational)
+Run: .venv/bin/python examples/blind/check.py [assignment ...] [-k substring] [--no-visible] [--train] [--round N]
+(--train also runs the transformer notebook's visible training cell for each transformer entry: slow, informational;
+--round N checks round N's corpus, examples/blind/roundN/, against that round's own specs where it wrote them)
 
 For every entry of examples/blind/<assignment>.py:
   * its namespace is built as the notebook builds it: the notebook's setup (and tools) cells, then every solution
@@ -1047,6 +1048,9 @@ def main(argv):
     pattern = argv[argv.index("-k") + 1] if "-k" in argv else None
     visible = "--no-visible" not in argv
     corpus = int(argv[argv.index("--round") + 1]) if "--round" in argv else 1     # round N's corpus: roundN/
+    folder = os.path.join(HERE, f"round{corpus}")
+    if corpus != 1 and any(f.startswith("spec_") for f in os.listdir(folder)):
+        sys.path.insert(0, folder)          # a round that wrote its own specs is checked against them
     rows, failures = [], 0
     for assignment in chosen:
         if "--train" in argv and assignment == "transformer":
