@@ -161,12 +161,12 @@ def call_family(f, args, kwargs, family: str, last_rows: int | None = None) -> d
         left, answered = [_copied(a) for a in sent], _copied(second)
         with torch.no_grad():                       # then the caller changes the arguments: the answer stays
             _change(sent)
-        after = _copied(second), [_copied(a) for a in (*first_args, *first_named.values())]
+        first, first_left = _copied(second), [_copied(a) for a in (*first_args, *first_named.values())]
         with torch.no_grad():       # and puts back what it changed: a table the code keeps is as it was for later calls
             _put_back(sent, left)
             _put_back(out, before)
-        first, answered = (tail(after[0], last_rows), tail(answered, last_rows)) if last_rows else (after[0], answered)
-        return {"first": first, "second": answered, "args_after": [after[1], left]}
+        first, answered = (tail(first, last_rows), tail(answered, last_rows)) if last_rows else (first, answered)
+        return {"first": first, "second": answered, "args_after": [first_left, left]}
     if family == "meta":
         if isinstance(f, torch.nn.Module):
             f.to("meta")
