@@ -382,6 +382,8 @@ IDIOMS = [
     "acts = {'relu': torch.relu, 'gelu': torch.nn.functional.gelu}",
     "y = itertools.chain.from_iterable([[1], [2]])",
     "Pair = collections.namedtuple('Pair', 'a b')",
+    "Pair = collections.namedtuple('Pair', 'a b')\np = Pair(1, 2)._replace(b=3)\nd = p._asdict()\n"
+    "names = Pair._fields + p._fields\nq = Pair._make([4, 5])",
     "z = math.sqrt(x.shape[-1]) * np.float64(1.0)",
     "w = getattr(self, 'weight', None)",
     "setattr(self, 'cache', None)",

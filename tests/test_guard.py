@@ -316,6 +316,69 @@ def test_no_function_of_the_standard_library_hands_learner_code_a_metaclass():
     assert not found, sorted(found)
 
 
+# Objects whose attribute hook answers numpy's read of __array_interface__ from a dict code may fill: with an address
+# of the learner's choosing, numpy reads and writes the worker's memory (a red team's full escapes, 5/5 for a library
+# call against 0/5 written plainly). IFACE: a real address, so that an answer read would give an array of bytes.
+RAW_MEMORY_ROUTES = {
+    "an nn.Module's buffers, through the __getattr__ a learner's module inherits":
+        "class Box(nn.Module):\n    pass\nbox = Box()\nbox._buffers['__array_interface__'] = IFACE\n"
+        "a = np.asarray(box)\n",
+    "matplotlib's Spines, through its __getattr__":
+        "import matplotlib.spines\ns = matplotlib.spines.Spines()\ns['__array_interface__'] = IFACE\n"
+        "a = np.asarray(s)\n",
+    "numpy's Arrayterator, whose __getattr__ asks the object it holds":
+        "import matplotlib.spines\ns = matplotlib.spines.Spines()\ns['__array_interface__'] = IFACE\n"
+        "it = np.lib.Arrayterator(np.zeros(3))\nit.var = s\na = np.asarray(it)\n",
+}
+
+
+@pytest.mark.parametrize("route_name", sorted(RAW_MEMORY_ROUTES))
+def test_numpy_reads_no_raw_memory_through_an_attribute_hook(route_name):
+    import numpy as np
+
+    buffer = np.arange(3, dtype=np.uint8)
+    iface = {"data": (buffer.ctypes.data, False), "shape": (3,), "typestr": "|u1", "version": 3}
+    errors: list = []
+    ns = load("import numpy as np\n" + RAW_MEMORY_ROUTES[route_name], errors=errors, IFACE=iface)
+    a = ns.get("a")
+    assert a is None or np.asarray(a).dtype != np.uint8, (route_name, a)
+
+
+def test_no_class_answers_numpy_s_raw_memory_names_from_what_it_holds():
+    """Every class of the worker's process, those of the modules imported before learner code runs and those a
+    learner's import brings (matplotlib's, here imported only then), has attribute hooks that answer the names of
+    guard.RAW_MEMORY as Python's own (C's) do, or sealed: the generic form of the routes above."""
+    import subprocess
+    import sys
+
+    script = """
+import sys, types
+import numpy, torch
+from autograder.inside import guard
+from autograder.verdict import policy
+assert "matplotlib.spines" not in sys.modules
+pol = guard.Policy(policy.runtime(policy.COURSE_LIBRARY))
+pol.prepare()
+pol.module("matplotlib.pyplot"), pol.module("matplotlib.spines"), pol.module("numpy.lib")
+seen, stack, open_ = set(), [object], []
+while stack:
+    for sub in type.__subclasses__(stack.pop()):
+        if id(sub) in seen:
+            continue
+        seen.add(id(sub))
+        stack.append(sub)
+        for name in ("__getattr__", "__getattribute__"):
+            hook = next((vars(k)[name] for k in sub.__mro__ if name in vars(k)), None)
+            if hook is not None and not isinstance(hook, types.WrapperDescriptorType) and hook not in guard._SEALED:
+                open_.append(f"{sub.__module__}.{sub.__qualname__}.{name}")
+print(len(seen), "classes")
+assert "matplotlib.spines" in sys.modules
+assert not open_, open_
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def test_numpy_reads_no_raw_memory_from_a_class_of_the_learner_s():
     """numpy asks an object for `__array_interface__` (an address and a size): no class of the learner's answers, not
     by its __getattr__ nor by what its instances hold. (The answer here has no address: numpy would say it lacks a
@@ -371,6 +434,10 @@ HONEST = {
         "assert '{a[0]} {x.shape}'.format(a=[1], x=t) == '1 torch.Size([2, 3])' and str.format('{}', 1) == '1'\n"
         "assert '{a} {b}'.format_map(D(a=1)) == '1 ?b' and '{:{w}d}'.format(5, w=4) == '   5'\n"
         "assert list(map('{:02d}'.format, range(2))) == ['00', '01']\n"),
+    "a named tuple's own methods and fields, whose names start with an underscore": (
+        "import collections\nPair = collections.namedtuple('Pair', 'a b')\np = Pair(1, 2)._replace(b=3)\n"
+        "assert p._asdict() == {'a': 1, 'b': 3} and Pair._fields == p._fields == ('a', 'b')\n"
+        "assert Pair._make([4, 5]) == (4, 5)\n"),
     "a plot and a seeded self-check at the end of a cell": (
         "import matplotlib\nimport matplotlib.pyplot as plt\nimport numpy as np\nnp.random.seed(0)\n"
         "fig, ax = plt.subplots()\nax.plot(np.linalg.norm(np.random.randn(3, 4), axis=1))\nplt.close(fig)\n"),

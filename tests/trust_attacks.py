@@ -562,10 +562,8 @@ class LayerNorm(nn.Module):
 ESCAPE = """
 import numpy as np
 
-def _mem(addr, n):
-    _Raw = _Meta('_Raw', (), {'__array_interface__': {'data': (addr, False), 'shape': (n,),
-                                                        'typestr': '|u1', 'version': 3}})
-    return np.asarray(_Raw())
+def _iface(addr, n):
+    return {'data': (addr, False), 'shape': (n,), 'typestr': '|u1', 'version': 3}
 
 def _addr(obj):
     h = hash(obj) & 0xFFFFFFFFFFFFFFFF
@@ -610,10 +608,34 @@ class LayerNorm(nn.Module):
     def forward(self, x):
         return _ln(x, (x.shape[-1],), self.weight, self.bias, self.eps)
 """
-# Python's own `type` through typing.Type[int]: as a class statement's base (its __mro_entries__), or as what
-# types.resolve_bases returns for it
-MRO_ENTRIES_ESCAPE = "import typing\n\nclass _Meta(typing.Type[int]):\n    pass\n" + ESCAPE
-RESOLVE_BASES_ESCAPE = "import types, typing\n\n_Meta = types.resolve_bases((typing.Type[int],))[0]\n" + ESCAPE
+# The routes' `_mem(addr, n)`: numpy's array of n bytes at addr, from an object that answers __array_interface__.
+# A class made by Python's own `type`, reached through typing.Type[int]: as a class statement's base (its
+# __mro_entries__), or as what types.resolve_bases returns for it
+META_MEMORY = """
+def _mem(addr, n):
+    return np.asarray(_Meta('_Raw', (), {'__array_interface__': _iface(addr, n)})())
+""" + ESCAPE
+MRO_ENTRIES_ESCAPE = "import typing\n\nclass _Meta(typing.Type[int]):\n    pass\n" + META_MEMORY
+RESOLVE_BASES_ESCAPE = "import types, typing\n\n_Meta = types.resolve_bases((typing.Type[int],))[0]\n" + META_MEMORY
+# ... or an object whose __getattr__ answers from a dict code fills: the buffers of a learner's nn.Module (the hook it
+# inherits), the items of matplotlib's Spines
+MODULE_BUFFERS_ESCAPE = """
+class _Box(nn.Module):
+    pass
+
+def _mem(addr, n):
+    box = _Box()
+    box._buffers['__array_interface__'] = _iface(addr, n)
+    return np.asarray(box)
+""" + ESCAPE
+SPINES_ESCAPE = """
+import matplotlib.spines
+
+def _mem(addr, n):
+    spines = matplotlib.spines.Spines()
+    spines['__array_interface__'] = _iface(addr, n)
+    return np.asarray(spines)
+""" + ESCAPE
 
 # learner -> its tricks: the cells that differ from the control's, which differ from the reference's
 CLASSES = {
@@ -644,6 +666,8 @@ CLASSES = {
         "decomp_route": {"LayerNorm": DECOMP_LN},
         "mro_entries_escape": {"LayerNorm": MRO_ENTRIES_ESCAPE},
         "resolve_bases_escape": {"LayerNorm": RESOLVE_BASES_ESCAPE},
+        "module_buffers_escape": {"LayerNorm": MODULE_BUFFERS_ESCAPE},
+        "spines_escape": {"LayerNorm": SPINES_ESCAPE},
     },
     "residual/data": {
         "control": {"TransformerBlock": IN_PLACE_THROUGH_DATA},

@@ -63,6 +63,8 @@ RAW_MEMORY = frozenset({"__array_interface__", "__array_struct__", "__cuda_array
 # attributes a reduction names on the object it makes), and the hook that answers every attribute read. (A class's
 # `__getattr__` is kept, but never answers the names of RAW_MEMORY: Policy._own_class.)
 CLASS_REFUSED = RAW_MEMORY | {"__reduce__", "__reduce_ex__", "__getstate__", "__getattribute__"}
+# A named tuple's public methods and fields, whose names start with an underscore so as not to meet its fields'.
+NAMED_TUPLE = frozenset({"_replace", "_asdict", "_fields", "_make", "_field_defaults"})
 # Builtins a course's code never needs: each refuses with its name.
 REFUSED_BUILTINS = ("eval", "exec", "compile", "open", "globals", "locals", "vars", "breakpoint", "input", "help",
                     "exit", "quit", "memoryview", "__import__", "__loader__", "__spec__", "id")
@@ -116,7 +118,8 @@ class Policy:
         self.module_ok: dict[str, bool] = {}
         self.pending = list(self.denied_names)              # denied names whose module is not imported yet
         self.pending_proxies = [str(p) for p in data.get("proxies", ())]
-        self.seen_modules = 0                               # len(sys.modules) when pending names were looked up
+        self.seen_modules = 0                               # len(sys.modules) when the policy last looked
+        self.swept: set[str] = set()                        # the names of the modules whose classes are sealed
         # method name -> the classes on whose objects it is refused ("module.Class.method" in the data)
         self.methods: dict[str, tuple[type, ...]] = {}
         self.pending_methods = [str(m) for m in data.get("methods", ())]
@@ -135,7 +138,10 @@ class Policy:
         for original, substitute in ((functools.update_wrapper, self.update_wrapper), (functools.wraps, self.wraps),
                                      (dataclasses.dataclass, self.dataclass)):
             self.substitutes[id(original)] = (original, substitute)
+        self.seen_modules = len(sys.modules)
+        self.swept = set(sys.modules)
         self.resolve_denied()
+        seal_classes()
         if self.library is not None and "torch" in sys.modules:
             torch = sys.modules["torch"]
             spaces = [("torch", torch), ("torch.nn", torch.nn), ("torch.nn.functional", torch.nn.functional),
@@ -182,6 +188,16 @@ class Policy:
                 self.methods[name] = (*self.methods.get(name, ()), cls)
         self.pending_methods = methods
 
+    def imported(self):
+        """The modules imported since the policy last looked (by learner code, or by a library in a call): their
+        denied names resolved, their classes sealed before learner code holds one of their objects."""
+        self.seen_modules = len(sys.modules)
+        new = [m for name, m in list(sys.modules.items()) if name not in self.swept and isinstance(m, types.ModuleType)]
+        self.swept.update(sys.modules)
+        if self.pending or self.pending_proxies or self.pending_methods:
+            self.resolve_denied()
+        seal_classes(new)
+
     def allowed_module(self, name: str) -> bool:
         ok = self.module_ok.get(name)
         if ok is None:
@@ -209,13 +225,12 @@ class Policy:
         if (type(value) is types.BuiltinMethodType and isinstance(value.__self__, str)
                 and value.__name__ in ("format", "format_map")) or value is str.format or value is str.format_map:
             return self.formatting(value)
+        if len(sys.modules) != self.seen_modules:
+            self.imported()
         if isinstance(value, types.ModuleType):
             name = getattr(value, "__name__", None)
             if type(name) is not str or not self.allowed_module(name):
                 _refuse(f"the module {name}")
-            if (self.pending or self.pending_proxies or self.pending_methods) and len(sys.modules) != self.seen_modules:
-                self.seen_modules = len(sys.modules)        # a module imported since: its denied names too
-                self.resolve_denied()
             return value
         if isinstance(value, type) and (issubclass(value, type) or type(value) is not type):
             if value is type:
@@ -284,7 +299,8 @@ class Policy:
             if name[:2] == "__" and name[-2:] == "__":
                 if name not in DUNDERS or (name == "__annotations__" and not self.owns(obj)):
                     _refuse(f"the attribute {name}")     # a library's annotations hold Python's own `type`
-            elif not self.owns(obj):
+            elif not self.owns(obj) and not (name in NAMED_TUPLE and (isinstance(obj, tuple) or (
+                    isinstance(obj, type) and issubclass(obj, tuple)))):
                 _refuse(f"the private attribute {name} of a {type(obj).__name__}")
 
     def getattr(self, obj, name, *default):
@@ -411,8 +427,7 @@ class Policy:
         # (a class attribute that is a data descriptor comes first) and whatever its __getattr__ would say
         for name in RAW_MEMORY:
             type.__setattr__(cls, name, _NO_RAW_MEMORY)
-        if "__getattr__" in space:
-            type.__setattr__(cls, "__getattr__", _without_raw_memory(space["__getattr__"]))
+        _seal(cls)                              # a __getattr__ of its own or inherited (nn.Module's answers buffers)
         self.owned.add(cls)
 
     # -- what learner code gets for functools' wrappers and dataclasses.dataclass -----------------------------------
@@ -520,15 +535,81 @@ class _NoRawMemory:
 _NO_RAW_MEMORY = _NoRawMemory()
 
 
+def _bound(hook, obj):
+    return hook.__get__(obj, type(obj)) if hasattr(type(hook), "__get__") else hook
+
+
 def _without_raw_memory(hook):
     """A class's `__getattr__` that never answers the names through which numpy reads raw memory."""
     def __getattr__(self, name):
         if name in RAW_MEMORY:
             raise AttributeError(name)
-        bound = hook.__get__(self, type(self)) if hasattr(type(hook), "__get__") else hook
-        return bound(name)
+        return _bound(hook, self)(name)
 
+    _SEALED.add(__getattr__)
     return __getattr__
+
+
+def _raw_memory_as_declared(hook):
+    """A class's `__getattribute__` that answers the names through which numpy reads raw memory as its classes declare
+    them (ndarray's own, for numpy.recarray), never from what the hook would compute."""
+    def __getattribute__(self, name):
+        if name in RAW_MEMORY:
+            for klass in type.__dict__["__mro__"].__get__(type(self)):
+                space = type.__dict__["__dict__"].__get__(klass)
+                if name in space:
+                    return _bound(space[name], self)
+            raise AttributeError(name)
+        return _bound(hook, self)(name)
+
+    _SEALED.add(__getattribute__)
+    return __getattribute__
+
+
+_SEALED: weakref.WeakSet = weakref.WeakSet()      # the hooks made here
+_HOOKS = {"__getattr__": _without_raw_memory, "__getattribute__": _raw_memory_as_declared}
+
+
+def _seal(cls) -> None:
+    """`cls`'s attribute hooks, its own or inherited, never answer a name of RAW_MEMORY from what an object holds: a
+    class whose `__getattr__` answers from a dict code may fill (nn.Module's buffers, matplotlib's Spines) would hand
+    numpy an address of the learner's choosing. Python's own hooks (written in C) answer from the class's declarations
+    and the instance's namespace, into which no guard lets a dunder name be written."""
+    for name, seal in _HOOKS.items():
+        for klass in type.__dict__["__mro__"].__get__(cls):
+            hook = type.__dict__["__dict__"].__get__(klass).get(name)
+            if hook is not None:
+                break
+        else:
+            continue
+        if isinstance(hook, (types.WrapperDescriptorType, types.MethodWrapperType)) or hook in _SEALED:
+            continue
+        try:
+            type.__setattr__(cls, name, seal(hook))
+        except TypeError:                   # a class whose metaclass sets its attributes (pybind11's), or of C
+            try:
+                setattr(cls, name, seal(hook))
+            except (TypeError, AttributeError):     # a class of C whose namespace cannot change: its hook is C's
+                pass
+
+
+def seal_classes(modules=None) -> None:
+    """Every class of the process (or those of `modules`, and their subclasses), as `_seal` leaves it: every class
+    before learner code runs, and each module's imported after (a class a library makes later, in a call, inherits its
+    base's sealed hook; a class of the learner's code is sealed when it is made)."""
+    stack: list[type] = [object] if modules is None else \
+        [c for m in modules for c in list(vars(m).values()) if isinstance(c, type)]
+    seen = {id(c) for c in stack}
+    for cls in stack:
+        _seal(cls)
+    while stack:
+        cls = stack.pop()
+        subclasses: list[type] = type.__subclasses__(cls)
+        for sub in subclasses:
+            if id(sub) not in seen:
+                seen.add(id(sub))
+                _seal(sub)
+                stack.append(sub)
 
 
 class _Namespace(types.SimpleNamespace):
