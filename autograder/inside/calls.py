@@ -205,7 +205,8 @@ def gradients(f, args, kwargs, grads: list, double: bool = True) -> dict:
 
     leaves = [a.detach().clone().requires_grad_(True) if isinstance(a, torch.Tensor) and a.is_floating_point()
               else a for a in args]
-    params = dict(f.named_parameters()) if isinstance(f, torch.nn.Module) else {}
+    # every name of each parameter: one the contract names may be an alias (nn.Sequential's layer as `linear1`)
+    params = dict(f.named_parameters(remove_duplicate=False)) if isinstance(f, torch.nn.Module) else {}
     for p in params.values():
         p.grad = None
     with torch.enable_grad():

@@ -355,7 +355,8 @@ class Worker:
         obj.zero_grad(set_to_none=True)
         out.backward(req["grad"])
         return {"out": out, "input_grads": [a.grad if isinstance(a, torch.Tensor) else None for a in args],
-                "param_grads": {n: p.grad for n, p in obj.named_parameters() if p.grad is not None}}
+                "param_grads": {n: p.grad for n, p in obj.named_parameters(remove_duplicate=False)
+                                if p.grad is not None}}
 
     def op_run(self, req):
         """One timed run: make `count` calls on fresh inputs built here from the request's seed and return

@@ -90,6 +90,16 @@ FF_SEQUENTIAL_ALIASES = """class FeedForward(nn.Module):
         return self.net(x)
 """
 
+# ... made first, the contract's names given after: its parameters come first under the Sequential's names
+FF_SEQUENTIAL_FIRST = """class FeedForward(nn.Module):
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Linear(d_ff, d_model))
+        self.linear1, self.linear2 = self.net[0], self.net[2]
+
+    def forward(self, x):
+        return self.net(x)
+"""
 
 # A LayerNorm checked against torch's own when its cell runs: the library there is a self-check, not the part's use.
 LN_SELF_CHECKED = LN_RSQRT + """
@@ -145,6 +155,9 @@ VARIANTS = [
     Correct("ff_sequential_aliases", {"FeedForward": FF_SEQUENTIAL_ALIASES},
             "linear1 and linear2 kept, and listed again in an nn.Sequential: more names in state_dict, the same "
             "layers"),
+    Correct("ff_sequential_first", {"FeedForward": FF_SEQUENTIAL_FIRST},
+            "an nn.Sequential made first, linear1 and linear2 named after it: named_parameters() lists the layers "
+            "under the Sequential's names only"),
     bug("ln_unbiased_variance", {"LayerNorm": changed(LN_RSQRT, "unbiased=False", "unbiased=True")},
         "the variance is the unbiased one (divided by d_model - 1); LayerNorm divides by d_model", LN_OWN,
         "torch.var's default"),
