@@ -93,6 +93,16 @@ def changed(source: str, old: str, new: str) -> str:
     return source.replace(old, new)
 
 
+TINY_GPT2_INIT_EVERYWHERE = changed(TINY_GPT2_INIT, """        self.unembed = nn.Linear(d_model, vocab_size, bias=False)
+""", """        self.unembed = nn.Linear(d_model, vocab_size, bias=False)
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, mean=0.0, std=0.02)
+                if getattr(m, "bias", None) is not None:
+                    nn.init.zeros_(m.bias)
+""")
+
+
 def bug(name: str, code: str, cause: str, about: str = ""):
     return Bug(name, {"TinyTransformer": code}, {"TinyTransformer_tests": cause}, about, cause=cause)
 
@@ -103,6 +113,9 @@ VARIANTS = [
     Correct("gpt2_init_and_buffer", {"TinyTransformer": TINY_GPT2_INIT},
             "embeddings initialised with std 0.02, a persistent buffer of positions, a head without bias, "
             "a (1, 1, T, T) mask"),
+    Correct("gpt2_init_everywhere", {"TinyTransformer": TINY_GPT2_INIT_EVERYWHERE},
+            "GPT-2's initialisation of every linear map and embedding (std 0.02, biases 0): the order of earlier "
+            "tokens moves its logits by about 1e-5 at first"),
     Correct("head_registered_first", {"TinyTransformer": TINY_HEAD_FIRST},
             "the head and the final norm registered before the embedding and the blocks, which come under other names"),
     bug("no_positions", changed(TINY_NANOGPT, "x = self.tok_emb(tokens) + pos", "x = self.tok_emb(tokens)"),
