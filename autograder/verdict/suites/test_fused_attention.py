@@ -341,9 +341,11 @@ def family(grading, learner, part: str, name: str, label: int):
 
 
 def _rectangular(part: str, d: Draw) -> Call:
+    """Lq != Lk, over two sequences of two heads: (batch, head) taken as one index times the head's stride lands on
+    the right rows only where the batch's stride is the heads' times their number (a contiguous tensor)."""
     bm, bn = CHOSEN["BLOCK_M"], CHOSEN["BLOCK_N"]
-    return Call(part, (d.randn(1, 2, bm + 5, 16), d.randn(1, 2, bn + 11, 16), d.randn(1, 2, bn + 11, 16)),
-                about="Lq != Lk")
+    return Call(part, (d.randn(2, 2, bm + 5, 16), d.randn(2, 2, bn + 11, 16), d.randn(2, 2, bn + 11, 16)),
+                about="Lq != Lk, B = 2")
 
 
 def _rising(part: str, d: Draw) -> Call:
