@@ -91,6 +91,8 @@ def test_no_obfuscated_route_runs(module, bindings, lookup):
 # The red teams' routes into the worker's insides and to the library versions (issue: the ban enforced while the code
 # runs), each as its notebook wrote it.
 RED_TEAM = {
+    "torch's file writer, where open() is refused": "def f(q):\n    return torch.PyTorchFileWriter('x.pt')\n",
+    "torch's file reader, where open() is refused": "def f(q):\n    return torch.PyTorchFileReader('x.pt')\n",
     "a real metaclass through typing.Type[int]'s __mro_entries__": (
         "import typing\nclass _Meta(typing.Type[int]):\n    pass\n"
         "def f(q):\n    return _Meta('C', (), {'__array_interface__': {}})\n"),

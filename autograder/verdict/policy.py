@@ -24,6 +24,7 @@ DENIED = (
     "torch.ops", "torch.library", "torch.overrides", "torch.classes", "torch.jit", "torch.compile", "torch.compiler",
     "torch.fx", "torch.export", "torch.onnx", "torch.package", "torch.hub", "torch.utils", "torch.distributed",
     "torch.multiprocessing", "torch.serialization", "torch.load", "torch.save", "torch.from_file",
+    "torch.PyTorchFileReader", "torch.PyTorchFileWriter",
     "torch.cuda.memory", "torch.cuda.reset_peak_memory_stats", "torch.cuda.empty_cache", "torch.autograd.graph",
     "torch.autograd.function",
     # torch: quantization (its own copies of the library versions: torch.ao.nn.quantizable.MultiheadAttention runs
