@@ -25,6 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 BLIND = ROOT / "examples" / "blind"
 
 
+# What a speed or memory check's failure says: its time or memory measured, or the calls of a course part the grader
+# counted (a loop over heads or sequences, whose time is the course worker's)
+SPEED_SAID = ("time of the reference", "memory", "the reference solution calls it once")
+
+
 def corpus(round_: int) -> Path:
     """Where round `round_`'s corpus is: each round's is written afresh, by someone who read neither the suites nor
     an earlier round's corpus (round 1: examples/blind/, round N: examples/blind/roundN/)."""
@@ -82,7 +87,7 @@ def verdict(r: dict) -> str:
     if r["kind"] == "correct":
         return "flagged" if flagged else "marked down" if lost > 1e-9 else "full"
     if r["kind"] == "slow":
-        speed = any("time of the reference" in f or "memory" in f for c in r["cells"].values() for f in c["failed"])
+        speed = any(any(said in f for said in SPEED_SAID) for c in r["cells"].values() for f in c["failed"])
         return "caught" if speed else "caught (not by speed)" if lost > 1e-9 else "missed"
     return "caught" if lost > 1e-9 else "flagged" if flagged else "missed"
 

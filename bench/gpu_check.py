@@ -185,7 +185,7 @@ def calibration(gradings: int) -> dict:
     shape, calls = attention.on_device((attention.SDPA_SPEED_SHAPE, attention.SDPA_SPEED_CALLS),
                                        (attention.SDPA_GPU_SPEED_SHAPE, attention.SDPA_GPU_SPEED_CALLS))
     inputs, factor = [{"kind": "randn", "shape": shape}] * 3, checks.speed_factor()
-    answers = {"same": {}, "where": {SDPA: ATTENTION["where_and_head_loop"][SDPA]},
+    answers = {"same": {}, "where": {SDPA: ATTENTION["where_and_float64_blocks"][SDPA]},
                "einsum": {SDPA: ATTENTION["softmax_einsum"][SDPA]}, "loop": ATTENTION["sdpa_query_loop"]}
     ws = workers(answers)
     out = {"shape": shape, "calls": calls, "factor": factor, "gradings": gradings}

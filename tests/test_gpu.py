@@ -35,7 +35,7 @@ def needs_cuda(test):
 SDPA = "scaled_dot_product_attention"
 ATTENTION = {v.name: v.cells for v in variants.load("attention")}
 LOOP = ATTENTION["sdpa_query_loop"]
-WHERE = {SDPA: ATTENTION["where_and_head_loop"][SDPA]}
+WHERE = {SDPA: ATTENTION["where_and_float64_blocks"][SDPA]}
 
 
 def worker(cells: dict | None = None) -> Learner:

@@ -12,6 +12,7 @@ What the grader measures of the worker it reads from outside it (autograder.verd
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import secrets
@@ -130,6 +131,7 @@ class Learner:
         self.parts_server: Learner | None = None  # the worker of course code that computes them
         self.assignment: str | None = None        # set by the suite: the tensors given back carry their call
         self.calls: list[dict] = []               # the calls of the learner's code, in order (autograder.verdict.known)
+        self.served: collections.Counter = collections.Counter()  # the course parts' forward calls it asked for
 
     def _left(self, timeout: float) -> float:
         """`timeout`, cut to what is left of the learner's grading budget."""
@@ -454,6 +456,8 @@ class Learner:
                 or self.parts_server is None):
             return {"error": "no course part is available here"}
         name = cb["name"]
+        if cb["op"] == "part":
+            self.served[name] += 1
         fields = {k: cb[k] for k in ops[cb["op"]] if k in cb}
         try:
             return {"ok": self.parts_server.request({"op": cb["op"], **fields}, what=f"the course's {name}",

@@ -235,6 +235,7 @@ def observed(name: str, cells: dict, text: str, about: str = "", kind: str = "va
 
 MHA_FIRST = {"MultiHeadAttention_tests": "fix part 1 (scaled_dot_product_attention) first"}
 SLOW = "the time of the reference solution"
+CALLED_PER_HEAD = "the reference solution calls it once"
 MEMORY = "of extra memory, while the whole score matrix"
 SDPA = "scaled_dot_product_attention"
 MHA = "MultiHeadAttention"
@@ -293,9 +294,8 @@ VARIANTS = [
     Correct("softmax_einsum", {SDPA: SDPA_SOFTMAX, "causal_mask": CAUSAL_ARANGE, MHA: MHA_EINSUM,
                                BLOCK: BLOCKWISE_LIST},
             "torch.softmax with NaN rows set to 0, einsum everywhere, an additive -inf causal bias"),
-    Correct("where_and_head_loop", {SDPA: SDPA_WHERE, "causal_mask": CAUSAL_TRIU, MHA: MHA_LOOP,
-                                    BLOCK: BLOCKWISE_F64},
-            "torch.where masks, a loop over heads, blockwise attention accumulated in float64"),
+    Correct("where_and_float64_blocks", {SDPA: SDPA_WHERE, "causal_mask": CAUSAL_TRIU, BLOCK: BLOCKWISE_F64},
+            "torch.where masks, a causal mask from torch.tril, blockwise attention accumulated in float64"),
     Correct("log_sum_exp_state", {BLOCK: BLOCKWISE_LSE}, "an online softmax that keeps the log of the running sum"),
     Correct("self_check_and_plot", {SDPA: SDPA_SOFTMAX + SELF_CHECK_AND_PLOT},
             "the cell ends with a self-check against torch's attention and a matplotlib plot of the weights: "
@@ -438,6 +438,9 @@ def causal_mask(seq_len, device=None):
     observed("sdpa_query_loop", {SDPA: SDPA_QUERY_LOOP}, SLOW,
              "correct, but a Python loop over query positions; MultiHeadAttention is timed with the course's "
              "attention", kind="speed"),
+    observed("mha_head_loop", {MHA: MHA_LOOP}, CALLED_PER_HEAD,
+             "right values, but a Python loop over heads: one call of scaled_dot_product_attention per head, where "
+             "the text runs it on every head at once", kind="speed"),
     observed("mha_inline_query_loop", {MHA: MHA_QUERY_LOOP}, SLOW,
              "correct, but the attention written out in MultiHeadAttention with a Python loop over query positions",
              kind="speed"),
@@ -477,6 +480,7 @@ VISIBLE = {
     "mha_scaled_by_d_model": ("MultiHeadAttention_checks", "scaled by 1/sqrt(d_model)"),
     "mha_mask_not_broadcast_over_heads": ("MultiHeadAttention_checks", "a padding mask of shape (B, 1, Lq, Lk)"),
     "mha_inline_query_loop": ("MultiHeadAttention_speed", "a Python loop over positions? vectorise it"),
+    "mha_head_loop": ("MultiHeadAttention_speed", "run it once, on every head at once"),
     "sdpa_scaled_by_d": ("scaled_dot_product_attention_checks", "the scores are divided by d"),
     "sdpa_scale_from_values": ("scaled_dot_product_attention_checks", "the scale comes from the size of the values"),
     "sdpa_mask_after_softmax": ("scaled_dot_product_attention_checks", "mask the scores (-inf) before the softmax"),

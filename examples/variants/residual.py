@@ -235,6 +235,15 @@ VARIANTS = [
         return self.norm2(x + self.ff(x))
 """}, "x += ... writes the sublayer's output into the caller's x; write x = x + ...", about="x += ... in the "
       "Pre-LN branch"),
+    Bug("block_loop_over_batch", {"TransformerBlock": changed(changed(BLOCK_STREAM_NAMES,
+        "self.attn(self.norm1(resid_pre), mask=mask)", "self._attend(self.norm1(resid_pre), mask)"),
+        "self.attn(resid_pre, mask=mask)", "self._attend(resid_pre, mask)") + """
+    def _attend(self, x, mask):
+        per_sequence = mask is not None and mask.dim() > 2 and mask.shape[0] > 1
+        return torch.cat([self.attn(x[b:b + 1], mask=mask[b:b + 1] if per_sequence else mask)
+                          for b in range(x.shape[0])])
+"""}, {"TransformerBlock_tests": "the reference solution calls it once"},
+        "right values, but attention called once per sequence of the batch", kind="speed"),
     Bug("block_library_norms", {"TransformerBlock": changed(BLOCK_TORCH_STYLE,
         "self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)",
         "self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)")},
@@ -259,6 +268,7 @@ VISIBLE = {
 # The known mistakes no visible check can see, and why: only the hidden tests catch them.
 HIDDEN_ONLY = {
     "block_library_norms": "right values: the grader sees the library call",
+    "block_loop_over_batch": "right values: the grader counts the attention's calls as it serves them",
     "ln_no_affine": "the visible checks use the initial weight and bias, ones and zeros",
     "ln_eps_ignored": "the visible checks use the default eps",
     "ff_gelu": "the visible checks' inputs do not tell GELU from ReLU apart",

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder.verdict.learner import LearnerError
+from autograder.verdict.timing import fresh_seed
 
 from . import families
 from .checks import (
@@ -520,12 +521,24 @@ def test_block_drawn(request, learner, reference):
 # call a round trip through the grader to a worker of course code; the clock is the CPU time of each side's own worker,
 # so what is timed is the block's own computation and its calls: a loop over positions makes one call per position.
 BLOCK_SPEED_SHAPE, BLOCK_SPEED_CALLS = [2, 64, 64], 5
+# ... and its calls of the course's MultiHeadAttention, counted by the grader as it serves them: the whole batch is one
+# call (a loop over the sequences of a batch is one call each, whose time is the course worker's, not on the learner's
+# clock, and many times the reference's where sequences are short)
+BLOCK_BATCH_COUNTED = 4
 
 
 @BLOCK
 @pytest.mark.measured
 def test_block_speed(learner, timed_reference):
-    """runs about as fast as the reference solution"""
+    """runs about as fast as the reference solution (the whole batch at once)"""
+    counted = learner.new("TransformerBlock", 64, 4, 128)
+    before = learner.served["MultiHeadAttention"]
+    x = torch.randn(BLOCK_BATCH_COUNTED, 5, 64, generator=torch.Generator().manual_seed(fresh_seed()))
+    counted(x)
+    n = learner.served["MultiHeadAttention"] - before
+    check(n <= 1, f"TransformerBlock(64, 4, 128) called MultiHeadAttention {n} times in one forward pass on a batch "
+                  f"of {BLOCK_BATCH_COUNTED}, where the reference solution calls it once: call it on the whole batch, "
+                  "not once per sequence")
     mine, ref = module_targets(learner, timed_reference, "TransformerBlock", 64, 4, 128)
     fast_enough(mine, ref, [{"kind": "randn", "shape": BLOCK_SPEED_SHAPE}], "TransformerBlock",
                 calls=BLOCK_SPEED_CALLS)
