@@ -328,6 +328,12 @@ RAW_MEMORY_ROUTES = {
     "matplotlib's Spines, through its __getattr__":
         "import matplotlib.spines\ns = matplotlib.spines.Spines()\ns['__array_interface__'] = IFACE\n"
         "a = np.asarray(s)\n",
+    "a parametrization's property, on the class torch.nn.utils.parametrize makes for a module's buffer": (
+        "import torch.nn.utils.parametrize as P\nclass Box(nn.Module):\n    pass\n"
+        "class Give(nn.Module):\n    def forward(self, x):\n        return x if self.training else IFACE\n"
+        "box = Box()\nbox.register_buffer('__array_interface__', torch.zeros(3))\n"
+        "P.register_parametrization(box, '__array_interface__', Give())\nbox.parametrizations.eval()\n"
+        "a = np.asarray(box)\n"),
     "numpy's Arrayterator, whose __getattr__ asks the object it holds":
         "import matplotlib.spines\ns = matplotlib.spines.Spines()\ns['__array_interface__'] = IFACE\n"
         "it = np.lib.Arrayterator(np.zeros(3))\nit.var = s\na = np.asarray(it)\n",
