@@ -31,6 +31,9 @@ STRUCTURAL = {
     "block_mask_ignored": {True: "no mask reaches your block's attention",
                            False: "no mask reaches your block's attention"},
     "block_in_place": {True: "in place (x += ...)", False: None},
+    # run once per sequence: named as such, not as a missing residual (what the pieces join is read through a cat)
+    "block_loop_over_batch": {True: "runs its attention 2 times in one forward pass",
+                              False: "runs its attention 2 times in one forward pass"},
     "block_library_norms": {True: "norm1 and norm2 are torch.nn.LayerNorm", False: "are torch.nn.LayerNorm"},
     "no_positions": {True: "your model never adds positions", False: "your model never adds positions"},
     "no_causal_mask": {True: "no mask reaches your blocks' attention", False: "no mask reaches your blocks' attention"},
