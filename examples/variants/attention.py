@@ -295,7 +295,7 @@ VARIANTS = [
                                BLOCK: BLOCKWISE_LIST},
             "torch.softmax with NaN rows set to 0, einsum everywhere, an additive -inf causal bias"),
     Correct("where_and_float64_blocks", {SDPA: SDPA_WHERE, "causal_mask": CAUSAL_TRIU, BLOCK: BLOCKWISE_F64},
-            "torch.where masks, a causal mask from torch.tril, blockwise attention accumulated in float64"),
+            "torch.where masks, a causal mask negated from torch.triu, blockwise attention accumulated in float64"),
     Correct("log_sum_exp_state", {BLOCK: BLOCKWISE_LSE}, "an online softmax that keeps the log of the running sum"),
     Correct("self_check_and_plot", {SDPA: SDPA_SOFTMAX + SELF_CHECK_AND_PLOT},
             "the cell ends with a self-check against torch's attention and a matplotlib plot of the weights: "

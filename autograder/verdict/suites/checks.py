@@ -256,6 +256,14 @@ def speed_ratios(learner_target: Target, reference_target: Target, inputs: list[
     return ratios, None
 
 
+def course_calls(learner, part: str, run) -> int:
+    """How many times `run()` made the learner's code call the course's `part`, counted by the grader as it serves
+    each call (the time of those calls is the course worker's, off the learner's clock)."""
+    before = learner.served[part]
+    run()
+    return learner.served[part] - before
+
+
 def fast_enough(learner_target: Target, reference_target: Target, inputs: list[dict], what: str,
                 calls: int = 1, kwargs: dict | None = None, factor: float | None = None, same_output: bool = True,
                 attempts: int = 3):
