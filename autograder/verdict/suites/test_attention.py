@@ -182,13 +182,14 @@ def _blockwise_truth(c: Call, dtype=torch.float64):
 
 # -- the edges every grading holds (contract.Promises.edges) ---------------------------------------------------
 def sdpa_edges(d: Draw) -> list[Call]:
-    """One key its mask removes, one query of width 1, a mask over batch only with heads, every row masked."""
+    """One key its mask removes, a mask over batch only with heads (second: the families take the first two, and a
+    gradient cut only where a mask is given shows there), one query of width 1, every row masked."""
     A_ = "scaled_dot_product_attention"
     return [Call(A_, (d.randn(2, 3, 4), d.randn(2, 1, 4), d.randn(2, 1, 5), torch.zeros(3, 1, dtype=torch.bool)),
                  about="one key, masked"),
-            Call(A_, (d.randn(1, 1), d.randn(4, 1), d.randn(4, 2)), about="one query of width 1"),
             Call(A_, (d.randn(2, 3, 5, 4), d.randn(2, 3, 6, 4), d.randn(2, 3, 6, 3),
                       d.mask(2, 1, 5, 6, empty_rows=True)), about="a mask (B, 1, Lq, Lk) over heads"),
+            Call(A_, (d.randn(1, 1), d.randn(4, 1), d.randn(4, 2)), about="one query of width 1"),
             Call(A_, (d.randn(3, 4), d.randn(5, 4), d.randn(5, 2), torch.zeros(3, 5, dtype=torch.bool)),
                  about="every row masked")]
 
