@@ -128,12 +128,12 @@ def _block_differences(L: Graph, R: Graph, l: dict, r: dict, is_block: bool):
                    set().union(*(nodes_of(L, c) for c in library)), set())
     # a sublayer run more than once in one forward pass (a loop over the sequences of the batch, or over positions):
     # what its output joins is read through the pieces put together again, so its residual and placement are not
-    repeated = {}
+    repeated = set()
     for role in SUBLAYER:
         mine = [L.groups[c].get("module") for c in l["units"].get(role, [])]
         theirs = [R.groups[c].get("module") for c in r["units"].get(role, [])]
         if len(mine) > len(set(mine)) and len(theirs) == len(set(theirs)):
-            repeated[role] = len(mine)
+            repeated.add(role)
             yield (f"repeated-{role}", f"{{where}} runs its {SUBLAYER[role]} {len(mine)} times in one forward pass, "
                                        f"where the reference runs it once, on the whole batch (a loop over the "
                                        f"sequences or the positions?)", l["nodes"], set())

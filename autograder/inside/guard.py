@@ -555,11 +555,10 @@ def _raw_memory_as_declared(hook):
     them (ndarray's own, for numpy.recarray), never from what the hook would compute."""
     def __getattribute__(self, name):
         if name in RAW_MEMORY:
-            for klass in type.__dict__["__mro__"].__get__(type(self)):
-                space = type.__dict__["__dict__"].__get__(klass)
-                if name in space:
-                    return _bound(space[name], self)
-            raise AttributeError(name)
+            declared = _declared(type(self), name)
+            if declared is _MISSING:
+                raise AttributeError(name)
+            return _bound(declared, self)
         return _bound(hook, self)(name)
 
     _SEALED.add(__getattribute__)
@@ -567,6 +566,17 @@ def _raw_memory_as_declared(hook):
 
 
 _SEALED: weakref.WeakSet = weakref.WeakSet()      # the hooks made here
+_MISSING = object()
+
+
+def _declared(cls, name):
+    """What `cls` or the first of its bases that has `name` declares under it (Python's lookup on a class, whatever
+    the class says its bases are), or _MISSING."""
+    for klass in type.__dict__["__mro__"].__get__(cls):
+        space = type.__dict__["__dict__"].__get__(klass)
+        if name in space:
+            return space[name]
+    return _MISSING
 _HOOKS = {"__getattr__": _without_raw_memory, "__getattribute__": _raw_memory_as_declared}
 
 
@@ -576,13 +586,9 @@ def _seal(cls) -> None:
     numpy an address of the learner's choosing. Python's own hooks (written in C) answer from the class's declarations
     and the instance's namespace, into which no guard lets a dunder name be written."""
     for name, seal in _HOOKS.items():
-        for klass in type.__dict__["__mro__"].__get__(cls):
-            hook = type.__dict__["__dict__"].__get__(klass).get(name)
-            if hook is not None:
-                break
-        else:
-            continue
-        if isinstance(hook, (types.WrapperDescriptorType, types.MethodWrapperType)) or hook in _SEALED:
+        hook = _declared(cls, name)
+        if hook is _MISSING or hook is None or hook in _SEALED or isinstance(
+                hook, (types.WrapperDescriptorType, types.MethodWrapperType)):
             continue
         try:
             type.__setattr__(cls, name, seal(hook))
