@@ -311,17 +311,21 @@ def test_only_the_course_markdown_is_the_courses():
 
 
 def test_the_typesetter_is_linear_in_the_pages_formulas():
-    """Pages of n and 4n small learner formulas: the node run's CPU time (its start aside, measured as a page of one)
-    grows under 8 times; each page within MAX_PAGE_SVG."""
+    """Pages of n and 4n small learner formulas: the node run's time (its start aside, measured as a page of one)
+    grows under 8 times, where a quadratic typesetter grows 16 times; each page within MAX_PAGE_SVG. Each time is the
+    least of three runs, as node's start alone varies by a tenth of a second on a busy machine."""
     def run(n):
-        start = time.perf_counter()
-        done = feedback.mathjax([(rf"\frac{{a_{i}}}{{b < c}}", False, True) for i in range(n)])
-        return time.perf_counter() - start, done
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            done = feedback.mathjax([(rf"\frac{{a_{i}}}{{b < c}}", False, True) for i in range(n)])
+            times.append(time.perf_counter() - start)
+        return min(times), done
 
     base, _ = run(1)
     (t1, d1), (t4, d4) = run(40), run(160)
     assert all(d1.svgs) and all(d4.svgs)
-    assert t4 - base < 8 * max(t1 - base, 0.05), (base, t1, t4)
+    assert t4 - base < 8 * max(t1 - base, 0.1), (base, t1, t4)
     assert sum(map(len, d4.svgs)) <= feedback.MAX_PAGE_SVG
 
 

@@ -73,12 +73,19 @@ def test_every_construct_a_reading_cannot_follow_is_refused_while_it_runs(source
     assert refused(source), source
 
 
-@pytest.mark.parametrize("binding", BINDINGS)
-def test_every_single_binding_route_is_refused_while_it_runs(binding):
-    for module in MODULES:
-        for lookup in LOOKUPS:
-            source = route(module, [binding], lookup)
-            assert refused(source), source
+@pytest.mark.parametrize("b", range(len(BINDINGS)), ids=BINDINGS)
+def test_every_single_binding_route_is_refused_while_it_runs(b):
+    """Each binding with each lookup, the module turning with both: every pair of binding, lookup and module meets
+    (each run prepares a policy, whose walk over the process's classes is most of its time)."""
+    for j, lookup in enumerate(LOOKUPS):
+        source = route(MODULES[(b + j) % len(MODULES)], [BINDINGS[b]], lookup)
+        assert refused(source), source
+
+
+def test_the_single_binding_routes_meet_every_pair():
+    pairs = {(b, j, (b + j) % len(MODULES)) for b in range(len(BINDINGS)) for j in range(len(LOOKUPS))}
+    assert {(b, m) for b, _, m in pairs} == {(b, m) for b in range(len(BINDINGS)) for m in range(len(MODULES))}
+    assert {(j, m) for _, j, m in pairs} == {(j, m) for j in range(len(LOOKUPS)) for m in range(len(MODULES))}
 
 
 @settings(max_examples=150, derandomize=True, deadline=None)

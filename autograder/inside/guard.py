@@ -569,11 +569,15 @@ _SEALED: weakref.WeakSet = weakref.WeakSet()      # the hooks made here
 _MISSING = object()
 
 
+_MRO_OF = type.__dict__["__mro__"].__get__        # type's own, whatever a class or its metaclass says
+_NAMESPACE_OF = type.__dict__["__dict__"].__get__
+
+
 def _declared(cls, name):
     """What `cls` or the first of its bases that has `name` declares under it (Python's lookup on a class, whatever
     the class says its bases are), or _MISSING."""
-    for klass in type.__dict__["__mro__"].__get__(cls):
-        space = type.__dict__["__dict__"].__get__(klass)
+    for klass in _MRO_OF(cls):
+        space = _NAMESPACE_OF(klass)
         if name in space:
             return space[name]
     return _MISSING
