@@ -100,6 +100,9 @@ def test_no_obfuscated_route_runs(module, bindings, lookup):
 RED_TEAM = {
     "torch's file writer, where open() is refused": "def f(q):\n    return torch.PyTorchFileWriter('x.pt')\n",
     "torch's file reader, where open() is refused": "def f(q):\n    return torch.PyTorchFileReader('x.pt')\n",
+    "a storage's loader of files, where torch.from_file is refused": (
+        "def f(q):\n    return torch.UntypedStorage.from_file('x.pt', False, 8)\n"),
+    "a typed storage's loader of files": "def f(q):\n    return torch.FloatStorage.from_file('x.pt', False, 2)\n",
     "a real metaclass through typing.Type[int]'s __mro_entries__": (
         "import typing\nclass _Meta(typing.Type[int]):\n    pass\n"
         "def f(q):\n    return _Meta('C', (), {'__array_interface__': {}})\n"),

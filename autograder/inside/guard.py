@@ -120,9 +120,10 @@ class Policy:
         self.pending_proxies = [str(p) for p in data.get("proxies", ())]
         self.seen_modules = 0                               # len(sys.modules) when the policy last looked
         self.swept: set[str] = set()                        # the names of the modules whose classes are sealed
-        # method name -> the classes on whose objects it is refused ("module.Class.method" in the data)
+        # method name -> the classes on whose objects it is refused, and why ({"module.Class.method": why} in the data)
         self.methods: dict[str, tuple[type, ...]] = {}
-        self.pending_methods = [str(m) for m in data.get("methods", ())]
+        self.pending_methods = [str(m) for m in data.get("methods", {})]
+        self.methods_why = {str(m).rpartition(".")[2]: str(why) for m, why in data.get("methods", {}).items()}
         self.owned: weakref.WeakSet = weakref.WeakSet()     # the classes the learner's code made
         self.ns: dict = {}
         self.type_ = _guarded_type(self)                     # `type` as learner code sees it
@@ -293,8 +294,7 @@ class Policy:
             if type(obj) is super:                      # super(C, obj).name: the method of obj's classes
                 obj = super.__dict__["__self_class__"].__get__(obj) or super.__dict__["__thisclass__"].__get__(obj)
             if isinstance(obj, classes) or (isinstance(obj, type) and issubclass(obj, classes)):
-                _refuse(f"{name} on a {getattr(obj, '__name__', type(obj).__name__)} (it frees memory a view still "
-                        "uses)")
+                _refuse(f"{name} on a {getattr(obj, '__name__', type(obj).__name__)} ({self.methods_why[name]})")
         if name[:1] == "_":
             if name[:2] == "__" and name[-2:] == "__":
                 if name not in DUNDERS or (name == "__annotations__" and not self.owns(obj)):

@@ -61,10 +61,12 @@ DENIED = (
 # Classes of allowed modules whose instances read and write the attributes of an object the caller chose: learner code
 # reads and writes no attribute of theirs (autograder.inside.guard).
 PROXIES = ("tqdm.utils.ObjectWrapper", "numpy.lib.user_array.container")
-# Methods that free memory a view of it still uses (a storage shrunk under its tensors, an array resized without its
-# check of references): the view then reads and writes whatever the process puts there next. Refused on every object
-# of their class (autograder.inside.guard).
-METHODS = ("torch.UntypedStorage.resize_", "torch.TypedStorage.resize_", "numpy.ndarray.resize")
+# Methods refused on every object of their class (autograder.inside.guard), with why: those that free memory a view of
+# it still uses (a storage shrunk under its tensors, an array resized without its check of references: the view then
+# reads and writes whatever the process puts there next), and a storage's loader of files (torch.from_file's).
+FREES = "it frees memory a view still uses"
+METHODS = {"torch.UntypedStorage.resize_": FREES, "torch.TypedStorage.resize_": FREES, "numpy.ndarray.resize": FREES,
+           "torch.UntypedStorage.from_file": "it reads a file", "torch.TypedStorage.from_file": "it reads a file"}
 # Every exercise's library versions, where a reading or a worker is not told one exercise's (the suites declare their
 # own LIBRARY).
 COURSE_LIBRARY = r"(?i)(attention|multihead|multi_head|(layer|group|instance|batch|rms)_?norm|transformer)"
@@ -93,4 +95,4 @@ def runtime(library: str | None, modules: tuple[str, ...] = ()) -> dict:
     switches code may set and the exercise's library versions (`library`: a pattern over names; None for course
     code, which may use them)."""
     return {"modules": [*ALLOWED, *modules], "denied": list(DENIED), "writable": list(WRITABLE), "library": library,
-            "proxies": list(PROXIES), "methods": list(METHODS)}
+            "proxies": list(PROXIES), "methods": METHODS}
