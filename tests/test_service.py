@@ -139,11 +139,11 @@ def test_a_check_gives_what_autograde_gives(service, tmp_path):
 
 @SHARED
 def test_checking_again_reveals_nothing_new(service):
-    """Three checks of one broken notebook (each grading draws its own inputs): the answers name the same causes and
+    """Two checks of one broken notebook (each grading draws its own inputs): the answers name the same causes and
     say the same thing but for numbers and what each saw of its own drawn inputs, and hold nothing but the scores and
     the verdicts (no seed, no test's name)."""
     bug = {v.name: v for v in variants.load(ASG)}["halves_concatenated"]
-    answers = [service.check("fay", variants.submission(ASG, bug.cells), ASG)[1] for _ in range(3)]
+    answers = [service.check("fay", variants.submission(ASG, bug.cells), ASG)[1] for _ in range(2)]
     for a in answers:
         assert set(a) == {"assignment", "total", "points", "cells", "notes", "seconds", "text"}, set(a)
         assert all(set(c) == {"cell", "text", "score", "points"} for c in a["cells"]), a["cells"]
@@ -153,7 +153,7 @@ def test_checking_again_reveals_nothing_new(service):
         lines = a["text"].split("\n")[1:]
         return NUMBER.sub("#", "\n".join(ln for ln in lines if not ln.lstrip().startswith("seen:")))
 
-    assert said(answers[0]) == said(answers[1]) == said(answers[2])
+    assert said(answers[0]) == said(answers[1])
 
 
 @SHARED
