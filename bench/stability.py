@@ -30,7 +30,7 @@ def main():
     ap.add_argument("-k", default="")
     ap.add_argument("--out", help="write the table here too")
     a = ap.parse_args()
-    rows = []
+    rows, differed = [], []
     started = time.time()
     for asg in a.assignments:
         cases = [(v.name, variants.submission(asg, v.cells), sorted(set(v.fails) | set(v.together)))
@@ -38,25 +38,46 @@ def main():
         cases += [(f"learner {name}", grade_examples.example_submission(asg, answers[asg]), [])
                   for name, answers in grade_examples.roster().items() if asg in answers and a.k in name]
         for name, nb, only in cases:
-            totals = []
+            totals, failed = [], []
             for _ in range(a.gradings):
                 g = hidden.grade(nb, asg, only=tuple(only))
                 totals.append(round(sum(v.score for v in g.verdicts.values()), 2) if g.fault is None else None)
+                failed.append({f"{gid}: {c.label}": c.diagnosis or "" for gid, v in g.verdicts.items()
+                               for c in v.checks if not c.passed and not c.uncounted})
             distinct = sorted(set(t for t in totals if t is not None))
             rows.append((asg, name, a.gradings, distinct, totals.count(None)))
             faults = f" faults {totals.count(None)}" if None in totals else ""
             print(f"{asg:20s} {name:40s} distinct scores {distinct}{faults}", flush=True)
+            if len(distinct) > 1:
+                differed.append((asg, name, differing(totals, failed)))
+                print(differed[-1][2], flush=True)
     lines = ["| assignment | known mistake or learner | gradings | distinct scores |", "| --- | --- | ---: | --- |"]
     lines += [f"| {asg} | {name} | {n} | {', '.join(f'{s:g}' for s in d)}{f' ({f} faults)' if f else ''} |"
               for asg, name, n, d, f in rows]
     unstable = [r for r in rows if len(r[3]) > 1]
     lines += ["", f"{len(rows) - len(unstable)} of {len(rows)} got one score at every grading "
               f"({time.time() - started:.0f} s in all)."]
+    for asg, name, said in differed:
+        lines += ["", f"{asg} {name}: what the gradings of each score failed that not every grading failed", "", said]
     text = "\n".join(lines)
     print(text)
     if a.out:
         Path(a.out).write_text(text + "\n")
     sys.exit(0)
+
+
+def differing(totals: list, failed: list[dict]) -> str:
+    """For a mistake that got more than one score: each score, how many gradings got it, and the checks they failed
+    that some other grading passed (with one grading's words for each)."""
+    graded = [set(f) for t, f in zip(totals, failed) if t is not None]
+    common = set.intersection(*graded) if graded else set()
+    out = []
+    for score in sorted(set(totals), key=lambda t: (t is None, t or 0)):
+        at = [f for t, f in zip(totals, failed) if t == score]
+        extra = {label: f[label] for f in at for label in f if label not in common}
+        out.append(f"- {score} ({len(at)} of {len(totals)}): " + ("; ".join(f"{label} ({why[:160]})" for label, why in
+                                                                         sorted(extra.items())) or "nothing more"))
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
