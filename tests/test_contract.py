@@ -270,3 +270,28 @@ def test_the_judge_finds_the_course_s_pasted_parts_right_at_every_drawn_size(nam
         here = _Here(ns, context.Context(seed=seed))
         judge._JUDGED.clear()
         assert all(judge.verdicts(here, name, course=course)), (seed, judge.drawn(here.grading, 1000))
+
+
+@pytest.fixture(scope="module")
+def keys_from_query():
+    """A learner's worker holding mha_keys_from_query's code (what a grading's families call through)."""
+    from autograder.notebooks import learner_cells
+    from autograder.verdict.learner import Learner
+
+    bug = next(v for v in variants.load("attention") if v.name == "mha_keys_from_query")
+    worker = Learner(learner_cells(variants.submission("attention", bug.cells)))
+    yield worker
+    worker.close()
+
+
+@pytest.mark.parametrize("family", ["gradients", "state_dict", "changed"])
+def test_an_exception_through_the_learner_s_worker_is_charged_once(keys_from_query, family):
+    """As above, through the learner's worker (families.Learner), where the code's exception comes back as the worker's
+    LearnerError: the gradients and state_dict families charged it again, and the notebook scored 4.0 in
+    9 of 20 gradings, 4.29 in the others."""
+    from autograder.verdict.suites import families
+
+    part = suite("attention").CONTRACT["MultiHeadAttention"]
+    side = families.Learner(keys_from_query, part)
+    for seed in range(8):
+        families.check(side, reference_namespace("attention"), part, family, seed)

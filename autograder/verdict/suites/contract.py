@@ -232,8 +232,13 @@ def run_learner(learner, call: Call, rename=None, family: str | None = None) -> 
         else:
             res = proxy.twice(*call.args, family=family, last_rows=call.last_rows, **call.kwargs)
     except LearnerError as e:
-        return {"raised": e.type, "mro": list(e.mro), "message": first_line(e.message)}
+        return learner_raised(e)
     return res if isinstance(res, dict) else {}
+
+
+def learner_raised(e) -> Outcome:
+    """The outcome of a call whose learner code raised (a LearnerError from its worker)."""
+    return {"raised": e.type, "mro": list(e.mro), "message": first_line(e.message)}
 
 
 # -- judging an answer -----------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from .contract import (
     drawn_calls,
     expected_of,
     explain_outcome,
+    learner_raised,
     made_here,
     made_there,
     run_here,
@@ -117,9 +118,10 @@ def _value_is_wrong(side, ns: dict, part: Part, plain: Call, others: list[Call])
     """Whether the answer to `plain`, called as the value checks call it, is a wrong value: then those checks charge
     the mistake, and a family has nothing of its own to say. One mistake loses its points once, whether or not this
     grading's draws happen to show it to a family too. An exception where the course's code answers is a wrong value
-    too, from a part that answers one of the family's `others` calls (keys projected from the query raise on
-    cross-attention alone); a part that answers none of them (a stub, code that cannot run) keeps no promise. The
-    oracle of the mutation testing (`Here`) takes every failure as a witness."""
+    too, from a part that answers one of the family's `others` calls or of the calls every grading makes (ANSWERED:
+    keys projected from the query raise on cross-attention alone, which some gradings' draws are all made of); a part
+    that answers none of them (a stub, code that cannot run) keeps no promise. The oracle of the mutation testing
+    (`Here`) takes every failure as a witness."""
     if not side.charges_values_once:
         return False
     expected = expected_of(part, plain, ns)
@@ -127,9 +129,15 @@ def _value_is_wrong(side, ns: dict, part: Part, plain: Call, others: list[Call])
         return False
     got = side.run(plain)
     if "raised" in got:
-        return got["raised"] != "NotImplementedError" and any("raised" not in side.run(c) for c in others
+        fixed = drawn_calls(part, 0, ANSWERED)
+        return got["raised"] != "NotImplementedError" and any("raised" not in side.run(c) for c in [*others, *fixed]
                                                                if c is not plain)
     return expected.judge(plain, got) is not None
+
+
+# The calls of every grading (the part's edges, and these many drawn from one seed) where an exception is asked whether
+# the part answers anything at all.
+ANSWERED = 4
 
 
 class Learner:
@@ -153,13 +161,18 @@ class Learner:
     def remade(self, call: Call, seed: int):
         """The module of `call` made with its state, then another made with other weights given its state_dict, called
         twice (call_twice)."""
-        source = made_there(self.learner, call, self.part.rename)
-        assert source is not None                 # the family applies to modules
-        state = source.state_dict()
-        self.learner.seed(seed % (1 << 31) + 1)
-        other = self.learner.new(call.part, *call.made, **call.ctor_kwargs)
-        other.load_state_dict(state, strict=True, contract=call.state)
-        return other.twice(*call.args, **call.kwargs)
+        from autograder.verdict.learner import LearnerError
+
+        try:
+            source = made_there(self.learner, call, self.part.rename)
+            assert source is not None                 # the family applies to modules
+            state = source.state_dict()
+            self.learner.seed(seed % (1 << 31) + 1)
+            other = self.learner.new(call.part, *call.made, **call.ctor_kwargs)
+            other.load_state_dict(state, strict=True, contract=call.state)
+            return other.twice(*call.args, **call.kwargs)
+        except LearnerError as e:                 # the code's exception is its answer, as in `run`
+            return learner_raised(e)
 
     def explain(self, call: Call, got, expected: Expected):
         return explain_outcome(self.learner, self.part, call, got, expected)
@@ -299,11 +312,13 @@ GRAD_FLOOR = 1e-8         # a gradient smaller than this everywhere says nothing
 def _gradients(side, ns: dict, part: Part, seed: int):
     """In float64, the gradient of every floating argument and every parameter of the contract is the one autograd
     gives through the course's code."""
+    from autograder.verdict.learner import LearnerError
+
     calls = calls_for(part, ns, "gradients", seed)
     for plain, call, expected in calls:
         try:
             _same_gradients(side, ns, part, _cast(call, torch.float64), expected, seed)
-        except Diagnosis:
+        except (Diagnosis, LearnerError):          # a wrong gradient, or the code's exception on the call
             if not _value_is_wrong(side, ns, part, plain, [c for c, _, _ in calls]):
                 raise
 
