@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from autograder.inside.calls import call_twice, gradients, raised
+from autograder.verdict.learner import LearnerError
 
 from .checks import Diagnosis, allowed_error, max_error
 from .contract import (
@@ -161,8 +162,6 @@ class Learner:
     def remade(self, call: Call, seed: int):
         """The module of `call` made with its state, then another made with other weights given its state_dict, called
         twice (call_twice)."""
-        from autograder.verdict.learner import LearnerError
-
         try:
             source = made_there(self.learner, call, self.part.rename)
             assert source is not None                 # the family applies to modules
@@ -312,8 +311,6 @@ GRAD_FLOOR = 1e-8         # a gradient smaller than this everywhere says nothing
 def _gradients(side, ns: dict, part: Part, seed: int):
     """In float64, the gradient of every floating argument and every parameter of the contract is the one autograd
     gives through the course's code."""
-    from autograder.verdict.learner import LearnerError
-
     calls = calls_for(part, ns, "gradients", seed)
     for plain, call, expected in calls:
         try:
