@@ -182,15 +182,20 @@ def test_known_mistakes_cover_every_graded_cell():
 
 def test_the_large_score_tolerance_over_many_gradings():
     """Both attention large-score tests, on the inputs of 300 gradings: the reference's answers pass every time, an
-    online softmax that forgets to rescale fails every time (the rule in-process, without a worker, to afford 300)."""
+    online softmax that forgets to rescale fails every time, and so does a wrong scale (it failed in 1 of 20 gradings
+    while every row's softmax could saturate). The rule in-process, without a worker, to afford 300."""
     from autograder.verdict import context
     from autograder.verdict.suites import checks
     from autograder.verdict.suites import test_attention as suite
     ns = reference_namespace("attention")
+    scaled_by_d = variants.executed("attention", next(v for v in variants.load("attention")
+                                                      if v.name == "sdpa_scaled_by_d").cells)
     for seed in range(300):
         grading = context.Context(seed=seed)
         q, k, v = suite.large_scores(grading, 7, 9, seed=19)
         suite.close_at_large_scores(ns["scaled_dot_product_attention"](q, k, v)[0], q, k, v, "sdpa")
+        with pytest.raises(checks.Diagnosis, match="is wrong"):
+            suite.close_at_large_scores(scaled_by_d["scaled_dot_product_attention"](q, k, v)[0], q, k, v, "by d")
         q, k, v = suite.large_scores(grading, 20, 45, seed=59)
         suite.close_at_large_scores(ns["blockwise_attention"](q, k, v, block_size=8), q, k, v, "blockwise")
         with pytest.raises(checks.Diagnosis, match="is wrong"):

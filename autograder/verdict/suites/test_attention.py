@@ -340,9 +340,23 @@ def test_sdpa_fully_masked_rows(grading, learner):
 
 
 def large_scores(grading, Lq: int, Lk: int, seed: int):
-    """float32 q, k, v whose scores are around 1e4 (inputs numbered from `seed`)."""
-    return (grading.randn(2, Lq, 16, seed=seed, scale=100.0), grading.randn(2, Lk, 16, seed=seed + 1, scale=100.0),
-            grading.randn(2, Lk, 4, seed=seed + 2))
+    """float32 q, k, v whose scores are around 1e4 (inputs numbered from `seed`), and in every grading one query
+    whose weights such scores do not saturate: the first query's scaled scores are 1e4 for key 0, 1e4 - 1 for key 1
+    and 0 for every other key of its sequence, and those two keys' values differ by 1. A correct answer gives them
+    0.73 and 0.27 of its weight there, an unscaled one 0.98 and 0.02; where every row saturates, a wrong scale is
+    right to within 1e-11, and the scale mistakes lost these points in 1 of 20 gradings, whichever drew close
+    scores."""
+    q, k, v = (grading.randn(2, Lq, 16, seed=seed, scale=100.0), grading.randn(2, Lk, 16, seed=seed + 1, scale=100.0),
+               grading.randn(2, Lk, 4, seed=seed + 2))
+    first = q[0, 0].double()
+    along = first / first.norm()
+    keys = k[0].double()
+    keys -= (keys @ along)[:, None] * along                  # every key of the first sequence scores 0 ...
+    for j, score in enumerate((1e4, 1e4 - 1.0)):             # ... but the first two
+        keys[j] += score * math.sqrt(q.shape[-1]) / first.norm() * along
+    k[0] = keys.float()
+    v[0, 1] = v[0, 0] + 1.0
+    return q, k, v
 
 
 def large_scores_atol(q, k, v) -> float:
