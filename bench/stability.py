@@ -6,7 +6,7 @@ holds (autograder.verdict.suites.contract.Promises.edges) and the fixed tests sh
 grading, and the drawn calls only add to them. Each grading here is the grading engine nbgrader's autograde runs
 (autograder.verdict.hidden.grade), on the cells the mistake can reach.
 
-    .venv/bin/python bench/stability.py [--gradings 20] [--assignments a b] [-k substring] [--out FILE]
+    .venv/bin/python bench/stability.py [--gradings 20] [--assignments a b] [-k substring ...] [--out FILE]
 """
 from __future__ import annotations
 
@@ -27,16 +27,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gradings", type=int, default=20)
     ap.add_argument("--assignments", nargs="*", default=exercises.names())
-    ap.add_argument("-k", default="")
+    ap.add_argument("-k", nargs="*", default=[""], help="only names containing one of these")
     ap.add_argument("--out", help="write the table here too")
     a = ap.parse_args()
     rows, differed = [], []
     started = time.time()
     for asg in a.assignments:
         cases = [(v.name, variants.submission(asg, v.cells), sorted(set(v.fails) | set(v.together)))
-                 for v in variants.load(asg) if isinstance(v, variants.Bug) and a.k in v.name]
+                 for v in variants.load(asg) if isinstance(v, variants.Bug) and any(k in v.name for k in a.k)]
         cases += [(f"learner {name}", grade_examples.example_submission(asg, answers[asg]), [])
-                  for name, answers in grade_examples.roster().items() if asg in answers and a.k in name]
+                  for name, answers in grade_examples.roster().items()
+                  if asg in answers and any(k in name for k in a.k)]
         for name, nb, only in cases:
             totals, failed = [], []
             for _ in range(a.gradings):
