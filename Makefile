@@ -155,6 +155,8 @@ bench: install
 	$(PY) bench/rounding.py
 	$(PY) bench/self_speed.py --reps 10 --out bench/results/self-speed.md
 	$(PY) bench/self_speed.py --reps 10 --hogs 2 --out bench/results/self-speed-loaded.md
+	$(PY) bench/sdpa_speed_inputs.py --out bench/results/sdpa-speed-inputs-quiet.md
+	$(PY) bench/sdpa_speed_inputs.py --hogs 2 --out bench/results/sdpa-speed-inputs-loaded.md
 	$(PY) bench/blind.py --json bench/results/blind.json
 	$(PY) bench/blind.py --report bench/results/blind-6f12630.json bench/results/blind.json > bench/results/blind.md
 	$(PY) bench/blind.py --round 2 --json bench/results/blind-round2.json

@@ -227,6 +227,41 @@ def bug(name: str, cells: dict, cause: str, cell: str | None = None, together: d
     return Bug(name, cells, {gid: cause}, about, together=together or {}, cause=cause)
 
 
+# Right everywhere, slow where the speed check's inputs hold many short heads: one small product per (batch, head).
+SDPA_BATCH_HEAD_LOOP = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    dtype = q.dtype
+    if dtype in (torch.float16, torch.bfloat16):                      # float32 inside, as the notebook asks
+        q, k, v = q.float(), k.float(), v.float()
+    lead, Lq, Lk, dv = q.shape[:-2], q.shape[-2], k.shape[-2], v.shape[-1]
+    qs, ks, vs = q.reshape(-1, Lq, q.shape[-1]), k.reshape(-1, Lk, k.shape[-1]), v.reshape(-1, Lk, dv)
+    m = None if mask is None else mask.expand(*lead, Lq, Lk).reshape(-1, Lq, Lk)
+    outs, weights = [q.new_zeros(0, Lq, dv)], [q.new_zeros(0, Lq, Lk)]
+    for i in range(qs.shape[0]):                                      # one (batch, head) at a time
+        s = qs[i] @ ks[i].transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if m is not None:
+            s = s.masked_fill(~m[i], float("-inf"))
+        w = torch.softmax(s, dim=-1).nan_to_num(0.0)
+        outs.append((w @ vs[i]).unsqueeze(0))
+        weights.append(w.unsqueeze(0))
+    out, w = torch.cat(outs).reshape(*lead, Lq, dv), torch.cat(weights).reshape(*lead, Lq, Lk)
+    return out.to(dtype), w.to(dtype)
+'''
+
+# Right everywhere, slow on long sequences: the scores and the output are products broadcast to (..., Lq, Lk, d) and
+# summed, d times the work and the memory of a matrix product.
+SDPA_BROADCAST_PRODUCTS = '''def scaled_dot_product_attention(q, k, v, mask=None):
+    dtype = q.dtype
+    if dtype in (torch.float16, torch.bfloat16):                      # float32 inside, as the notebook asks
+        q, k, v = q.float(), k.float(), v.float()
+    scores = (q.unsqueeze(-2) * k.unsqueeze(-3)).sum(-1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    out = (w.unsqueeze(-1) * v.unsqueeze(-3)).sum(-2)
+    return out.to(dtype), w.to(dtype)
+'''
+
+
 def observed(name: str, cells: dict, text: str, about: str = "", kind: str = "value"):
     """A known mistake only a measurement sees (time, memory, the library ban, a size no drawn call reaches): it names
     no cause."""
@@ -438,6 +473,11 @@ def causal_mask(seq_len, device=None):
     observed("sdpa_query_loop", {SDPA: SDPA_QUERY_LOOP}, SLOW,
              "correct, but a Python loop over query positions; MultiHeadAttention is timed with the course's "
              "attention", kind="speed"),
+    observed("sdpa_batch_head_loop", {SDPA: SDPA_BATCH_HEAD_LOOP}, SLOW,
+             "correct, but a Python loop over batch and heads: slow where there are many short heads", kind="speed"),
+    observed("sdpa_broadcast_products", {SDPA: SDPA_BROADCAST_PRODUCTS}, SLOW,
+             "correct, but scores and output made by broadcast products summed over d: slow on long sequences",
+             kind="speed"),
     observed("mha_head_loop", {MHA: MHA_LOOP}, CALLED_PER_HEAD,
              "right values, but a Python loop over heads: one call of scaled_dot_product_attention per head, where "
              "the text runs it on every head at once", kind="speed"),
@@ -501,6 +541,10 @@ VISIBLE = {
 # The known mistakes no visible check can see, and why: only the hidden tests catch them.
 HIDDEN_ONLY = {
     "blockwise_library": "right values: the grader sees the library call",
+    "sdpa_batch_head_loop": "the visible self-check times one sequence of two heads, where a loop over them costs "
+                            "nothing",
+    "sdpa_broadcast_products": "the visible self-check's heads are 16 wide, where broadcast products cost a few times "
+                               "torch's own attention, under its limit",
     "blockwise_skips_long_inputs": "wrong only at lengths far beyond a visible check",
     "sdpa_softmax_float32": "the visible checks use float32 inputs, where a float32 softmax is right",
     "sdpa_writes_mask": "the visible checks do not look at the mask after a call",
