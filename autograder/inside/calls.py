@@ -140,7 +140,8 @@ def call_family(f, args, kwargs, family: str, last_rows: int | None = None) -> d
     """`f` called as one family of checks calls it, with its answer as `call_twice` gives it (first, second,
     args_after): "strided" on arguments that are not contiguous; "changed" a second time (autograd on) after the
     caller changed the first call's result in place (the first call's arguments as that left them), its answer read
-    again after the caller changed that call's arguments in place (as "first"; as it was, "second"), what the caller
+    again after the caller changed that call's arguments in place (as "first"; as it was, "second"; the first call's
+    answer before the caller changed it, "returned"), what the caller
     changed then put back (state the code keeps, a table it hands out, is as before for the checks after); "meta" on
     arguments on the "meta" device (a module after `.to("meta")`; one call); and for a module, "float64" after
     `.to(torch.float64)` on float64 arguments, "train" in training mode (the two calls must agree: no dropout)."""
@@ -165,8 +166,11 @@ def call_family(f, args, kwargs, family: str, last_rows: int | None = None) -> d
         with torch.no_grad():       # and puts back what it changed: a table the code keeps is as it was for later calls
             _put_back(sent, left)
             _put_back(out, before)
-        first, answered = (tail(first, last_rows), tail(answered, last_rows)) if last_rows else (first, answered)
-        return {"first": first, "second": answered, "args_after": [first_left, left]}
+        if last_rows:
+            first, answered, before = tail(first, last_rows), tail(answered, last_rows), tail(before, last_rows)
+        # "returned": the first call's answer as the code returned it, before the caller changed it (a known mistake
+        # whose answers after the change agree is not the learner's code if it returned another answer at first)
+        return {"first": first, "second": answered, "args_after": [first_left, left], "returned": before}
     if family == "meta":
         if isinstance(f, torch.nn.Module):
             f.to("meta")

@@ -92,6 +92,7 @@ class Recorder:
         self.seconds: dict[str, float] = {}       # graded cell -> seconds its tests took (fixtures included)
         self.first_test: float | None = None
         self.structure: dict[str, dict] = {}      # graded cell -> the learner's module drawn beside the course's
+        self.learner = None                        # the learner's worker, whose recorded calls settle the causes
 
     def _label(self, item) -> str:
         doc = (getattr(item, "function", None).__doc__ or "").strip() if hasattr(item, "function") else ""
@@ -107,8 +108,29 @@ class Recorder:
         if report.failed:
             self.collection_errors.append(str(report.longrepr)[-4000:])
 
+    def settle_causes(self):
+        """A cause a failed test named is dropped when that known mistake answered some call of the learner's code
+        otherwise, before or after the test: a test asks of the calls made so far, and a cache that hands out one mask
+        twice was told its mask was cut from a table made for 128 positions, which a later call of 300 positions
+        rules out (autograder.verdict.known)."""
+        named = {c for r in self.records for c in r["causes"]}
+        calls = getattr(self.learner, "calls", None)
+        if not named or not calls or not self.assignment:
+            return
+        from autograder.verdict import known
+
+        last = {c["part"]: i for i, c in enumerate(calls)}
+        gone = {bug.cause for i in last.values() for bug, theirs in known.replay(self.assignment, calls, i)
+                if theirs["differed"]} & named
+        for r in self.records:
+            if gone & set(r["causes"]):
+                r["causes"] = [c for c in r["causes"] if c not in gone]
+                r["ruled_out"] = sorted(set(r["ruled_out"]) | gone)
+                r["cause_ids"] = _cause_ids(self.assignment, r["causes"])
+
     def pytest_runtest_makereport(self, item, call):
         marker = item.get_closest_marker("cell")
+        self.learner = getattr(item, "funcargs", {}).get("learner", self.learner)
         if self.first_test is None:
             self.first_test = call.start
         cell = marker.args[0] if marker else "(none)"
@@ -170,6 +192,7 @@ def answer(req: dict, grading: context.Context) -> dict:
     code = pytest.main([str(path), "-q", "-p", "no:cacheprovider", "--assert=plain",
                         "-o", "console_output_style=classic", "--no-header", "-rN", *first,
                         "--rootdir", str(path.parent), "-c", os.devnull], plugins=[recorder, given(grading)])
+    recorder.settle_causes()
     launched = float(req.get("launched") or main_started)
     profile = {"process_start_s": main_started - launched,
                "collect_s": (recorder.first_test or time.time()) - main_started,

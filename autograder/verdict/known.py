@@ -191,6 +191,7 @@ def _same_answer(mine, theirs: dict, twice: bool) -> bool:
     if twice:
         pairs += [(a, b) for ma, mb in zip(got.get("args_after") or [], theirs.get("args_after") or [])
                   for a, b in zip(ma, mb)]
+        pairs += list(zip(_flat(got.get("returned")), _flat(theirs.get("returned"))))
     for a, b in pairs:
         if isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
             return False

@@ -412,6 +412,15 @@ VARIANTS = [
 def causal_mask(seq_len, device=None):
     return _TABLE[:seq_len, :seq_len].to(device)
 """}, "the mask is cut from a table made ahead for a fixed number of positions: a longer sequence needs a larger mask"),
+    observed("causal_mask_cached", {"causal_mask": """import functools
+
+
+@functools.lru_cache(maxsize=None)
+def causal_mask(seq_len, device=None):
+    return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
+"""}, "a result must not share memory with an argument or with another call",
+        "right values, but one mask handed out to every caller of a size (a blind corpus's: it was told its mask was "
+        "cut from a table made for 128 positions, which its 300-position answer rules out)"),
     bug("mha_heads_mixed", {MHA: changed(changed(MHA_EINSUM,
         """        q = self.q_proj(query).unflatten(-1, (self.h, -1))      # (B, Lq, H, dh)
         k = self.k_proj(key).unflatten(-1, (self.h, -1))
@@ -550,6 +559,7 @@ HIDDEN_ONLY = {
     "sdpa_writes_mask": "the visible checks do not look at the mask after a call",
     "sdpa_max_before_mask": "wrong only when a masked key holds a row's largest score by far",
     "causal_table_128": "the visible checks stay within 128 positions",
+    "causal_mask_cached": "the visible checks never change a mask they were given",
     "mha_keys_from_query": "the visible cross-attention check ends in a shape error, not a named failed check",
     "blockwise_max_starts_at_zero": "wrong only for rows whose every score is far below 0",
     "blockwise_causal_full_mask": "exact values: only the memory of a causal call shows it",
