@@ -168,6 +168,9 @@ bench: install
 	$(PY) bench/blind.py --round 4 --json bench/results/blind-round4.json
 	$(PY) bench/blind.py --report bench/results/blind-round4-before.json bench/results/blind-round4.json \
 	  > bench/results/blind-round4.md
+	$(PY) bench/blind.py --round 5 --json bench/results/blind-round5.json
+	$(PY) bench/blind.py --report bench/results/blind-round5-before.json bench/results/blind-round5.json \
+	  > bench/results/blind-round5.md
 	$(PY) bench/stability.py --gradings 20 --out bench/results/stability.md
 	$(PY) bench/fused_attention_spills.py --out bench/results/fused-attention-spills.md
 	$(PY) bench/fused_attention_speed.py --gradings 10
