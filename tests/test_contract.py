@@ -71,6 +71,20 @@ def test_known_mistakes_break_the_contract(asg, bug):
                                                              "in place", "return", "differs"))
 
 
+@pytest.mark.parametrize("asg,bug", [(asg, v) for asg in ASSIGNMENTS for v in variants.load(asg)
+                                     if isinstance(v, variants.Bug) and v.kind == "promise"],
+                         ids=lambda x: getattr(x, "name", x))
+def test_known_mistakes_of_a_promise_break_a_family(asg, bug):
+    """A known mistake whose values are right (a result handed out twice, say) breaks a promise every part keeps: the
+    families see it where the contract's values cannot."""
+    from autograder.verdict.suites import families
+
+    name = next(n for n in suite(asg).CONTRACT if n in bug.cells)
+    ns = variants.executed(asg, bug.cells)
+    assert first_break(asg, name, ns, draws=50) is None, f"{bug.name}: its values are wrong, so its kind is value"
+    assert families.witness(suite(asg).CONTRACT[name], reference_namespace(asg), ns, 0) is not None, bug.name
+
+
 # Draws (their seeds) and calls on which two fixed float32 computations of a TransformerBlock over two features
 # both erred less than half as much as a correct answer (torch.var with rsqrt): found among the first 32 calls of
 # 4,000 draws (8 such calls, in the 8,000 over two features); on the development machine each one failed that answer

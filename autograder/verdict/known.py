@@ -46,12 +46,13 @@ class Bug:
     # test (graded with the learner's own parts), whose diagnosis contains the text
     together: dict[str, str] = field(default_factory=dict)
     cause: str = ""                 # what the learner reads when the evidence points to this mistake
-    # what it gets wrong: "value" (what a part computes, which the contract sees), "speed", "memory" or "library"
-    # (a library version of the part: right values, refused where it runs)
+    # what it gets wrong: "value" (what a part computes, which the contract sees), "promise" (right values, but a
+    # promise every part keeps is broken, which the families see: a result handed out twice, say), "speed", "memory"
+    # or "library" (a library version of the part: right values, refused where it runs)
     kind: str = "value"
 
 
-KINDS = ("value", "speed", "memory", "library")
+KINDS = ("value", "promise", "speed", "memory", "library")
 
 
 def module(assignment: str):

@@ -420,7 +420,7 @@ def causal_mask(seq_len, device=None):
     return torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()
 """}, "a result must not share memory with an argument or with another call",
         "right values, but one mask handed out to every caller of a size (a blind corpus's: it was told its mask was "
-        "cut from a table made for 128 positions, which its 300-position answer rules out)"),
+        "cut from a table made for 128 positions, which its 300-position answer rules out)", kind="promise"),
     bug("mha_heads_mixed", {MHA: changed(changed(MHA_EINSUM,
         """        q = self.q_proj(query).unflatten(-1, (self.h, -1))      # (B, Lq, H, dh)
         k = self.k_proj(key).unflatten(-1, (self.h, -1))
