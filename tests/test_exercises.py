@@ -152,6 +152,17 @@ def test_every_known_mistake_is_placed(asg):
     assert {cell for cell, _ in visible_table.values()} <= checks
 
 
+@pytest.mark.parametrize("asg", ASSIGNMENTS)
+def test_no_two_known_mistakes_share_a_cause(asg):
+    """A cause is a known mistake's own: the record names it by its text, the class report groups by it, and a grading
+    drops it when that mistake answered a call otherwise; shared by two parts' mistakes, a right part would rule out
+    the cause of a wrong one."""
+    named: dict[str, str] = {}
+    for bug in (b for b in bugs(asg).values() if b.cause):
+        first = named.setdefault(bug.cause, bug.name)
+        assert first == bug.name, f"{asg}: {bug.name} and {first} share a cause"
+
+
 @pytest.mark.parametrize("asg,answer", [(asg, "reference") for asg in ASSIGNMENTS] + [
     (asg, v.name) for asg in ASSIGNMENTS for v in variants.load(asg) if isinstance(v, variants.Correct)])
 def test_visible_checks_pass_for_correct_answers(asg, answer):

@@ -150,9 +150,9 @@ VARIANTS = [
               "    out[..., 1::2] = y[..., 0::2] * s + y[..., 1::2] * c\n",
               "    a, b = y[..., 0::2].clone(), y[..., 1::2].clone()\n"
               "    out[..., 0::2] = a * c - b * s\n    out[..., 1::2] = a * s + b * c\n")}),
-    _rope(("rope_positions_from_one", "the positions are counted from 1; they count from 0"),
+    _rope(("rope_positions_from_one", "row p is turned by the angles of position p + 1: positions count from 0"),
           {"rope": ROPE_MATRIX.replace("torch.arange(L, **at)", "torch.arange(1, L + 1, **at)")}),
-    _rope(("rope_base_ignored", "the `base` argument is ignored: 10000 is used whatever it is"),
+    _rope(("rope_base_ignored", "the angles ignore the `base` argument: 10000 is used whatever it is"),
           {"rope": ROPE_MATRIX.replace("(1.0 / base **", "(1.0 / 10000.0 **")}),
     _rope(("rope_angles_float32", "the angles are computed in float32: for a float64 x compute them in float64 (its "
                                   "answer is held to float64's precision)"), {"rope": ROPE_ANGLES_FLOAT32}),
