@@ -185,6 +185,23 @@ def test_a_learner_whose_every_call_hangs_is_stopped_at_the_budget(tmp_path):
     assert rec is not None and rec["gradable"] is True and rec["fault"] is None, rec
 
 
+def test_past_the_budget_no_check_starts():
+    """A suite that starts past the learner's budget (the notebook's run spent it) fails every check at once, before
+    any trusted work for it, so that the grace past the budget is never spent on checks that cannot pass: no worker
+    starts, and every check says why."""
+    from autograder.verdict.learner import OUT_OF_TIME
+
+    grading = hidden.grade(variants.submission(ASG), ASG, deadline=time.time() - 1)
+    assert grading.fault is None, grading.log[-3000:]
+    assert grading.profile.get("workers") == [], grading.profile
+    # no check does any work: each ends in its setup (about a millisecond; on the development machine a suite that ran
+    # them spent 5 to 8 s in all, drawing inputs and working out the course's answers)
+    assert sum(grading.profile["cells_s"].values()) < 1.0, grading.profile
+    checks = [c for gid in CELLS for c in grading.verdicts[gid].checks]
+    assert checks and all(not c.passed and c.diagnosis == OUT_OF_TIME for c in checks), [
+        (c.label, c.diagnosis) for c in checks if c.passed or c.diagnosis != OUT_OF_TIME]
+
+
 # -- a frame of 512 MiB ---------------------------------------------------------------------------------
 # An answer of 512 MiB (2^27 float32 zeros): the worker sends it as one frame, which declares its size first (the
 # families keep a copy of an answer beside it, all within the sandbox's 4 GiB).

@@ -108,6 +108,15 @@ class Recorder:
         if report.failed:
             self.collection_errors.append(str(report.longrepr)[-4000:])
 
+    def pytest_runtest_setup(self, item):
+        """Past the learner's budget no check starts: each would fail at its first call of the learner's code, after
+        the trusted side's own work for it (drawn inputs, the course's answers), which the grace past the budget is
+        too short for on a slow machine."""
+        if time.time() >= self.grading.deadline:
+            from autograder.verdict.learner import OUT_OF_TIME, WorkerDied
+
+            raise WorkerDied(OUT_OF_TIME)
+
     def settle_causes(self):
         """A cause a failed test named is dropped when that known mistake answered some call of the learner's code
         otherwise, before or after the test: a test asks of the calls made so far, and a cache that hands out one mask

@@ -31,6 +31,8 @@ from autograder.verdict import context, measure, policy
 from autograder.verdict.record import GraderFault
 
 MAX_CALLS = 2000           # calls of the learner's code kept for a failed check's replay (autograder.verdict.known)
+OUT_OF_TIME = ("the time for grading your notebook ran out before this check: your code is far too slow somewhere "
+               "(see the checks that did not finish in time)")
 MAX_KEPT = 1 << 20         # and the learner's answer to each, when it holds no more numbers than this
 
 
@@ -137,8 +139,7 @@ class Learner:
         """`timeout`, cut to what is left of the learner's grading budget."""
         left = self.deadline - time.time()
         if left <= 0:
-            raise WorkerDied("the time for grading your notebook ran out before this check: your code is far too "
-                             "slow somewhere (see the checks that did not finish in time)")
+            raise WorkerDied(OUT_OF_TIME)
         return min(timeout, left)
 
     # -- process management ------------------------------------------------------------------------
