@@ -31,9 +31,10 @@ from autograder.verdict import context, measure, policy
 from autograder.verdict.record import GraderFault
 
 MAX_CALLS = 2000           # calls of the learner's code kept for a failed check's replay (autograder.verdict.known)
+MAX_KEPT = 1 << 20         # and the learner's answer to each, when it holds no more numbers than this
+# what each check says once the learner's grading budget has run out (the learner's doing, not a fault)
 OUT_OF_TIME = ("the time for grading your notebook ran out before this check: your code is far too slow somewhere "
                "(see the checks that did not finish in time)")
-MAX_KEPT = 1 << 20         # and the learner's answer to each, when it holds no more numbers than this
 
 
 def _size(out) -> int:
