@@ -259,12 +259,55 @@ RED_TEAM = {
         "t = torch.zeros(1000)\nv = t[500:]\nt.storage().resize_(0)\n"),
     "numpy's resize without its check of references": (
         "import numpy as np\na = np.zeros(1000)\nv = a[500:]\na.resize(0, refcheck=False)\n"),
+    # the seventh round (with the grader's source): objects of denied modules that allowed ones re-export, and a
+    # Cython function's insides
+    "torch.xpu's ctypes: a pointer cast to any address": (
+        "LP = type(torch.xpu.pointer(torch.xpu.c_void_p(0)))\nw = torch.xpu.cast(torch.xpu.c_void_p(8), LP)\n"),
+    "ctypes' cast reached through torch.xpu": "w = torch.xpu.cast\n",
+    "matplotlib.Path, pathlib's reader and writer of files": (
+        "import matplotlib\nt = matplotlib.Path('/etc/hostname').read_text()\n"),
+    "a Cython function's module namespace (numpy.random.seed.func_globals)": (
+        "import numpy as np\nb = np.random.seed.func_globals['__builtins__']\n"),
+    "a Cython function's code": "import numpy as np\nc = np.random.seed.func_code\n",
+    "tqdm.notebook's weakref.proxy": "import tqdm.notebook\np = tqdm.notebook.proxy\n",
 }
+
+# A class statement whose body binds a cached_property as __reduce_ex__, the property kept by a decorator: refused
+# once Python had made the class, so after cached_property's __set_name__ had kept the name.
+_NAMED_BEFORE_REFUSED = (
+    "import copy, functools\nheld = []\ndef keep(cp):\n    held.append(cp)\n    return cp\n"
+    "class A:\n    @keep\n    @functools.cached_property\n    def __reduce_ex__(self):\n        return None\n")
+# The same name put in a class body's namespace by a dict whose __setitem__ renames what the body binds.
+_RENAMED_IN_THE_NAMESPACE = (
+    "import functools\nheld = []\nclass _D(dict):\n    def __setitem__(self, key, value):\n"
+    "        if key == 'x':\n            held.append(value)\n            key = '__reduce' + '_ex__'\n"
+    "        dict.__setitem__(self, key, value)\n"
+    "class M(type):\n    @classmethod\n    def __prepare__(mcs, name, bases):\n        return _D()\n"
+    "class A(metaclass=M):\n    x = functools.cached_property(lambda self: None)\n")
+# ... and by a namespace given to type() whose __iter__ hides it from the policy's look at the keys.
+_HIDDEN_FROM_THE_LOOK = (
+    "import functools\nheld = [functools.cached_property(lambda self: None)]\n"
+    "class _D(dict):\n    def __iter__(self):\n        return iter(['x'])\n"
+    "d = _D(x=1)\nd['__reduce' + '_ex__'] = held[0]\nC = type('C', (), d)\n")
 
 
 @pytest.mark.parametrize("route_name", sorted(RED_TEAM))
 def test_the_red_teams_routes_are_refused_while_they_run(route_name):
     assert refused(RED_TEAM[route_name]), RED_TEAM[route_name]
+
+
+@pytest.mark.parametrize("source", [_NAMED_BEFORE_REFUSED, _RENAMED_IN_THE_NAMESPACE, _HIDDEN_FROM_THE_LOOK],
+                         ids=["decorated", "renamed", "hidden"])
+def test_a_descriptor_refused_with_its_class_never_learns_the_refused_name(source):
+    """Red team, seventh round: a cached_property that had learnt the name __reduce_ex__ from its refused class, then
+    attached to a class of the learner's, wrote a __reduce_ex__ into an instance; copy.copy ran it without the guards,
+    and its state set any attribute (a raw-memory protocol: numpy read and wrote any address). A class body's namespace
+    now meets the policy before the class is made, and so before any descriptor's __set_name__."""
+    errors: list = []
+    ns = load(source, errors=errors)
+    assert ns["__skipped__"] or errors, "the class statement was not refused"
+    assert all(isinstance(e, REFUSALS) for e in errors), errors
+    assert ns["held"] and all(cp.attrname is None for cp in ns["held"]), [cp.attrname for cp in ns["held"]]
 
 
 def _probes() -> list:

@@ -42,6 +42,8 @@ INSPECT = frozenset({
     "cr_await", "cr_origin", "cr_running", "cr_suspended", "ag_frame", "ag_code", "ag_await", "ag_running",
     "tb_frame", "tb_next", "tb_lasti", "tb_lineno", "co_code", "co_consts", "co_names", "co_varnames",
     "co_cellvars", "co_freevars", "co_filename", "co_lnotab", "co_linetable", "co_exceptiontable",
+    # a Cython function's (numpy.random's): its module's namespace, Python's own builtins in it, its code
+    "func_globals", "func_code", "func_closure", "func_dict",
     # a class's method resolution order: of `type` (the policy's), Python's own `type`, which makes a class of any
     # namespace
     "mro"})
@@ -124,6 +126,7 @@ class Policy:
         self.methods: dict[str, tuple[type, ...]] = {}
         self.pending_methods = [str(m) for m in data.get("methods", {})]
         self.methods_why = {str(m).rpartition(".")[2]: str(why) for m, why in data.get("methods", {}).items()}
+        self.foreign = frozenset(str(m) for m in data.get("foreign", ()))   # modules none of whose objects is held
         self.owned: weakref.WeakSet = weakref.WeakSet()     # the classes the learner's code made
         self.ns: dict = {}
         self.type_ = _guarded_type(self)                     # `type` as learner code sees it
@@ -244,6 +247,9 @@ class Policy:
                 _refuse(f"the enumeration {getattr(value, '__name__', '?')}")   # its functional API does too
         elif value is types.SimpleNamespace:
             return _Namespace
+        home = self.foreign_home(value)
+        if home:
+            _refuse(f"{what}, an object of {home}")
         hit = self.denied.get(id(value))
         if hit is not None and hit[0] is value:
             if hit[2]:
@@ -255,6 +261,22 @@ class Policy:
         if self.proxies and isinstance(value, self.proxies):
             _refuse(f"a {type(value).__name__}, which reads and writes another object's attributes")
         return value
+
+    def foreign_home(self, value) -> str:
+        """The module of FOREIGN (autograder.verdict.policy) that made `value` (a class, a function, or an instance of
+        either), wherever an allowed module holds it; "" when none did."""
+        if not self.foreign:
+            return ""
+        cls = type(value)
+        homes = [_MODULE_OF(cls)]
+        if isinstance(value, type):
+            homes.append(_MODULE_OF(value))
+        elif cls in _FUNCTIONS:
+            homes.append(getattr(value, "__module__", None))
+        for home in homes:
+            if type(home) is str and home.partition(".")[0] in self.foreign:
+                return home
+        return ""
 
     def library_name(self, obj, name: str) -> None:
         """A name of the exercise's library versions read from one of torch's modules or classes (wherever it lives:
@@ -289,6 +311,9 @@ class Policy:
                 _refuse(f"the module {where}")
         if self.proxies and isinstance(obj, self.proxies):
             _refuse(f"the attribute {name} of a {type(obj).__name__}, which reads another object's attributes")
+        home = self.foreign_home(obj)
+        if home:
+            _refuse(f"the attribute {name} of an object of {home}")
         classes = self.methods.get(name)
         if classes:
             if type(obj) is super:                      # super(C, obj).name: the method of obj's classes
@@ -407,9 +432,27 @@ class Policy:
             if isinstance(base, type) and self.foreign_metaclass(base):
                 _refuse(f"a class derived from {getattr(base, '__name__', '?')}, which makes classes of any namespace")
             self.checked(base, "a base class")
-        cls = builtins.__build_class__(func, name, *bases, **kw)
+        resolved = types.resolve_bases(bases)
+        meta = kw.pop("metaclass", type(resolved[0]) if resolved else type)
+        if isinstance(meta, type):                # the metaclass Python would choose: the most derived of them
+            for base in resolved:
+                if type(base) not in _MRO_OF(meta):
+                    if meta not in _MRO_OF(type(base)):
+                        raise TypeError("metaclass conflict: the metaclass of a derived class must be a (non-strict) "
+                                        "subclass of the metaclasses of all its bases")
+                    meta = type(base)
+        cls = builtins.__build_class__(func, name, *bases, metaclass=_ClassStatement(self, meta), **kw)
         self._own_class(cls)
         return cls
+
+    def class_namespace(self, namespace) -> None:
+        """A class body's namespace meets the policy before its class is made (and its descriptors' __set_name__ run):
+        no name of CLASS_REFUSED, no name but a plain string. Python's own view of a dict's keys, whatever a subclass
+        of dict says."""
+        if isinstance(namespace, dict):
+            odd = [k for k in dict.keys(namespace) if type(k) is not str or k in CLASS_REFUSED]
+            if odd:
+                _refuse(f"a class attribute {odd[0]!r}")
 
     def foreign_metaclass(self, cls: type) -> bool:
         """Whether `cls` is a metaclass not derived from the policy's `type`: one that makes classes of any namespace
@@ -484,7 +527,8 @@ class Policy:
         if len(args) == 1 and not kwargs:
             return self.checked(type(args[0]), "type")
         if len(args) == 3 and isinstance(args[2], dict):
-            odd = [k for k in args[2] if type(k) is not str or (k[:2] == "__" and k not in NAMES and k not in DUNDERS)]
+            odd = [k for k in dict.keys(args[2])
+                   if type(k) is not str or (k[:2] == "__" and k not in NAMES and k not in DUNDERS)]
             if odd:
                 _refuse(f"a class attribute {odd[0]!r}")
         cls = type(*args, **kwargs)
@@ -570,6 +614,8 @@ _MISSING = object()
 
 
 _MRO_OF = type.__dict__["__mro__"].__get__        # type's own, whatever a class or its metaclass says
+_MODULE_OF = type.__dict__["__module__"].__get__
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType, types.MethodType)
 _NAMESPACE_OF = type.__dict__["__dict__"].__get__
 
 
@@ -620,6 +666,24 @@ def seal_classes(modules=None) -> None:
                 seen.add(id(sub))
                 _seal(sub)
                 stack.append(sub)
+
+
+class _ClassStatement:
+    """The metaclass a class statement of the learner's code is made with: the one Python would choose, called once the
+    class body's namespace met the policy (Policy.class_namespace). A descriptor's __set_name__ runs while its class is
+    made, before the class itself can be refused: functools.cached_property keeps the name it is given, under which it
+    later sets an attribute of an instance (a __reduce_ex__, which copy.copy runs without the guards)."""
+
+    def __init__(self, policy: Policy, meta):
+        self.policy, self.meta = policy, meta
+
+    def __prepare__(self, name, bases, **kwargs):
+        prepare = getattr(self.meta, "__prepare__", None)
+        return prepare(name, bases, **kwargs) if prepare is not None else {}
+
+    def __call__(self, name, bases, namespace, **kwargs):
+        self.policy.class_namespace(namespace)
+        return self.meta(name, bases, namespace, **kwargs)
 
 
 class _Namespace(types.SimpleNamespace):

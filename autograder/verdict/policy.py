@@ -4,8 +4,9 @@ explanation) and by the guards its worker compiles into the learner's cells (aut
 the code runs, whatever name the code computes).
 
 A module is allowed when the longest entry of ALLOWED or DENIED that it is under (or is) is in ALLOWED; no part of its
-path may be private or a package's tests. An object named in DENIED is refused whatever route reaches it, as are the
-exercise's library versions (its suite's LIBRARY, a pattern over names in torch's namespaces).
+path may be private or a package's tests. An object named in DENIED is refused whatever route reaches it, as is any
+object a module of FOREIGN made and the exercise's library versions (its suite's LIBRARY, a pattern over names in
+torch's namespaces).
 """
 from __future__ import annotations
 
@@ -58,6 +59,12 @@ DENIED = (
     "triton.runtime", "triton.compiler", "triton.backends", "triton.knobs", "triton.tools", "triton.testing",
     "triton.experimental", "triton.profiler", "triton.compile", "triton.autotune", "triton.language.core.builtin",
 )
+# Modules whose objects a course's code never needs, wherever an allowed module re-exports one (torch.xpu's names from
+# ctypes read and write any address; matplotlib.Path is pathlib's, a reader and writer of files): an object one of them
+# made (a class, a function, or an instance of either) is refused when learner code reads it or an attribute of it.
+FOREIGN = ("ctypes", "_ctypes", "pathlib", "io", "_io", "os", "posix", "sys", "gc", "inspect", "importlib", "weakref",
+           "_weakref", "subprocess", "socket", "_socket", "pickle", "_pickle", "marshal", "shutil", "tempfile", "mmap",
+           "signal", "threading", "_thread", "multiprocessing", "code", "codeop", "runpy", "zipimport")
 # Classes of allowed modules whose instances read and write the attributes of an object the caller chose: learner code
 # reads and writes no attribute of theirs (autograder.inside.guard).
 PROXIES = ("tqdm.utils.ObjectWrapper", "numpy.lib.user_array.container")
@@ -95,4 +102,4 @@ def runtime(library: str | None, modules: tuple[str, ...] = ()) -> dict:
     switches code may set and the exercise's library versions (`library`: a pattern over names; None for course
     code, which may use them)."""
     return {"modules": [*ALLOWED, *modules], "denied": list(DENIED), "writable": list(WRITABLE), "library": library,
-            "proxies": list(PROXIES), "methods": METHODS}
+            "proxies": list(PROXIES), "methods": METHODS, "foreign": list(FOREIGN)}
