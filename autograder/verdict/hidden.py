@@ -330,8 +330,8 @@ def score(records: list[dict], graded: dict[str, float], findings: static.Report
             continue
         elsewhere = [f for f in findings.notes.get(name, [])]
         if elsewhere:
-            uses = ", ".join(dict.fromkeys(f"{f.what} ({f.where()})" for f in elsewhere))
-            v.notes.append(f"the code that runs when your cell runs (not your {name}) uses {uses}: fine for a "
+            uses = "; ".join(dict.fromkeys(f"{f.what} ({f.where()})" for f in elsewhere))
+            v.notes.append(f"the code that runs when your cell runs (not your {name}): {uses}. Fine for a "
                            f"self-check, but {name} itself must not")
         flagged = findings.suspicious.get(name, [])
         if flagged:
