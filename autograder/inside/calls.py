@@ -136,6 +136,15 @@ def _to(a, where):
     return a.to(where) if a.is_floating_point() else a
 
 
+def _used(module, args, kwargs) -> None:
+    """A module called once where it was made, before the caller moves it: what it keeps of a call (a mask cached in a
+    plain attribute) must move with it too."""
+    import torch
+
+    with torch.no_grad():
+        module(*(fresh(a, False) for a in args), **{k: fresh(v, False) for k, v in kwargs.items()})
+
+
 def call_family(f, args, kwargs, family: str, last_rows: int | None = None) -> dict:
     """`f` called as one family of checks calls it, with its answer as `call_twice` gives it (first, second,
     args_after): "strided" on arguments that are not contiguous; "changed" a second time (autograd on) after the
@@ -143,8 +152,9 @@ def call_family(f, args, kwargs, family: str, last_rows: int | None = None) -> d
     again after the caller changed that call's arguments in place (as "first"; as it was, "second"; the first call's
     answer before the caller changed it, "returned"), what the caller
     changed then put back (state the code keeps, a table it hands out, is as before for the checks after); "meta" on
-    arguments on the "meta" device (a module after `.to("meta")`; one call); and for a module, "float64" after
-    `.to(torch.float64)` on float64 arguments, "train" in training mode (the two calls must agree: no dropout)."""
+    arguments on the "meta" device (a module called once where it was made, then after `.to("meta")`); and for a
+    module, "float64" after a call and `.to(torch.float64)` on float64 arguments, "train" in training mode (the two
+    calls must agree: no dropout)."""
     import torch
 
     if family == "strided":
@@ -173,6 +183,7 @@ def call_family(f, args, kwargs, family: str, last_rows: int | None = None) -> d
         return {"first": first, "second": answered, "args_after": [first_left, left], "returned": before}
     if family == "meta":
         if isinstance(f, torch.nn.Module):
+            _used(f, args, kwargs)
             f.to("meta")
         with torch.no_grad():
             out = detached(f(*(_to(a, "meta") for a in args), **{k: _to(v, "meta") for k, v in kwargs.items()}))
@@ -182,6 +193,7 @@ def call_family(f, args, kwargs, family: str, last_rows: int | None = None) -> d
     if not isinstance(f, torch.nn.Module):
         raise TypeError(f"the family {family} is for modules")
     if family == "float64":
+        _used(f, args, kwargs)
         f.to(torch.float64)
         return call_twice(f, [_to(a, torch.float64) for a in args],
                           {k: _to(v, torch.float64) for k, v in kwargs.items()}, last_rows=last_rows)

@@ -146,6 +146,14 @@ VARIANTS = [
                                          "x = self.ln_f(x) if self.blocks[0].norm_first else x"),
         "with norm_first=False the final LayerNorm is left out; it comes after the blocks in both placements",
         "the final norm taken for a Pre-LN detail"),
+    Bug("mask_cached_by_length", {"TinyTransformer": changed(TINY_NANOGPT,
+        "        mask = ~torch.triu(torch.ones(T, T, dtype=torch.bool, device=tokens.device), diagonal=1)\n",
+        "        if getattr(self, \"_mask\", None) is None or self._mask.shape[0] != T:     # once per length\n"
+        "            self._mask = ~torch.triu(torch.ones(T, T, dtype=torch.bool, device=tokens.device), diagonal=1)\n"
+        "        mask = self._mask\n")},
+        {"TinyTransformer_tests": "a module after .to(\"meta\")"},
+        "the mask kept in a plain attribute, made again only for a new length: after .to(...) a call of the same "
+        "length uses the mask where it was made (a blind corpus's)", kind="promise"),
     Bug("library_blocks", {"TinyTransformer": """class TinyTransformer(nn.Module):
     def __init__(self, vocab_size, d_model, n_heads, d_ff, n_layers, max_len, norm_first=True):
         super().__init__()
@@ -180,6 +188,7 @@ VISIBLE = {
 HIDDEN_ONLY = {
     "library_blocks": "right values: the grader sees the library call",
     "post_ln_no_final_norm": "the visible checks build Pre-LN models only",
+    "mask_cached_by_length": "the visible checks never move a model they have called",
     "pasted_layernorm_unbiased": "a pasted part: its own exercise's visible checks catch it",
     "pasted_attention_unscaled": "a pasted part: its own exercise's visible checks catch it",
     "pasted_block_missing": "a pasted part left out: the cell that needs it raises NameError",
