@@ -270,7 +270,32 @@ RED_TEAM = {
         "import numpy as np\nb = np.random.seed.func_globals['__builtins__']\n"),
     "a Cython function's code": "import numpy as np\nc = np.random.seed.func_code\n",
     "tqdm.notebook's weakref.proxy": "import tqdm.notebook\np = tqdm.notebook.proxy\n",
+    "torch.CompilationUnit (torch.jit's) compiling a library version from a string": (
+        "cu = torch.CompilationUnit('def f(x):\\n    return torch.layer_norm(x, [4])\\n')\n"),
+    "numpy's writer of text files": "import numpy as np\nnp.savetxt('/dev/null', np.zeros(2))\n",
+    "numpy's reader of text files": "import numpy as np\nt = np.loadtxt('/etc/hostname', dtype=str)\n",
+    "an array written to a file": "import numpy as np\nnp.zeros(2).tofile('/dev/null')\n",
+    "matplotlib's opener of any file": (
+        "import matplotlib.cbook\nf = matplotlib.cbook.get_sample_data('/etc/hostname')\n"),
 }
+
+# A class kept by learner code that runs while Python makes it (a descriptor's __set_name__, a base's
+# __init_subclass__), whose making it then stops before the guards' look at the made class (Policy._own_class); the
+# class's own __getattr__ answers numpy's raw-memory protocol with an address (a tensor's, here).
+_KEPT_WHILE_MADE = (
+    "t = torch.zeros(4)\nheld = []\nclass Spy:\n    def __set_name__(self, owner, name):\n        held.append(owner)\n"
+    "        raise ValueError('stop')\n"
+    "try:\n    class X:\n        s = Spy()\n        def __getattr__(self, name):\n"
+    "            if name != '__array_interface__':\n                raise AttributeError(name)\n"
+    "            return {'version': 3, 'shape': (4,), 'typestr': '<f4', 'data': (t.data_ptr(), False)}\n"
+    "except Exception:\n    pass\n")
+_KEPT_BY_A_BASE = (
+    "t = torch.zeros(4)\nheld = []\nclass Base:\n    def __init_subclass__(cls, **kw):\n        held.append(cls)\n"
+    "        raise ValueError('stop')\n"
+    "try:\n    class X(Base):\n        def __getattr__(self, name):\n"
+    "            if name != '__array_interface__':\n                raise AttributeError(name)\n"
+    "            return {'version': 3, 'shape': (4,), 'typestr': '<f4', 'data': (t.data_ptr(), False)}\n"
+    "except Exception:\n    pass\n")
 
 # A class statement whose body binds a cached_property as __reduce_ex__, the property kept by a decorator: refused
 # once Python had made the class, so after cached_property's __set_name__ had kept the name.
@@ -308,6 +333,19 @@ def test_a_descriptor_refused_with_its_class_never_learns_the_refused_name(sourc
     assert ns["__skipped__"] or errors, "the class statement was not refused"
     assert all(isinstance(e, REFUSALS) for e in errors), errors
     assert ns["held"] and all(cp.attrname is None for cp in ns["held"]), [cp.attrname for cp in ns["held"]]
+
+
+@pytest.mark.parametrize("source", [_KEPT_WHILE_MADE, _KEPT_BY_A_BASE], ids=["__set_name__", "__init_subclass__"])
+def test_a_class_kept_while_it_is_made_is_safe_from_its_first_moment(source):
+    """Red team, seventh round, again: learner code that runs while Python makes a class kept it and stopped its making
+    before the guards looked at it; the class's own __getattr__ then gave numpy an address to read and write. A class
+    body's raw-memory names answer nothing and its hooks are sealed before the class exists."""
+    import numpy as np
+
+    ns = load(source)
+    (cls,) = ns["held"]
+    got = np.asarray(cls())
+    assert got.shape == () and got.dtype == object, (got.shape, got.dtype)
 
 
 def _probes() -> list:
@@ -529,6 +567,11 @@ HONEST = {
     "a progress bar": (
         "from tqdm import tqdm\nfrom tqdm.auto import trange\ntotal = sum(i for i in tqdm(range(3), disable=True))\n"
         "assert total == 3 and list(trange(2, disable=True)) == [0, 1]\n"),
+    "a frozen dataclass with slots, and a registry of subclasses through __init_subclass__": (
+        "import dataclasses\n@dataclasses.dataclass(slots=True, frozen=True)\nclass Cfg:\n    d: int\n    h: int = 2\n"
+        "class Reg:\n    subs = []\n    def __init_subclass__(cls, tag=None, **kw):\n"
+        "        super().__init_subclass__(**kw)\n        Reg.subs.append((cls.__name__, tag))\n"
+        "class S(Reg, tag='x'):\n    pass\nassert Cfg(4).h == 2 and Reg.subs == [('S', 'x')]\n"),
     "tensors' attributes set, gradients read": (
         "w = torch.ones(3)\nw.requires_grad = True\n(w * 2).sum().backward()\nassert w.grad is not None\n"
         "w.grad = None\n"),

@@ -55,7 +55,7 @@ DUNDERS = frozenset({
     "__lt__", "__le__", "__gt__", "__ge__", "__hash__", "__bool__", "__version__", "__add__", "__sub__", "__mul__",
     "__matmul__", "__truediv__", "__floordiv__", "__mod__", "__pow__", "__neg__", "__pos__", "__abs__", "__radd__",
     "__rsub__", "__rmul__", "__rtruediv__", "__rmatmul__", "__and__", "__or__", "__xor__", "__invert__",
-    "__float__", "__int__", "__index__", "__annotations__", "__module__"})
+    "__float__", "__int__", "__index__", "__annotations__", "__module__", "__init_subclass__"})
 # Dunder names a learner's code may use as names (a module's own name, a class's cell for super()).
 NAMES = frozenset({"__name__", "__doc__", "__class__", "__debug__", "__annotations__", "__qualname__", "__module__",
                    "__slots__", "__all__"}) | DUNDERS
@@ -126,7 +126,8 @@ class Policy:
         self.methods: dict[str, tuple[type, ...]] = {}
         self.pending_methods = [str(m) for m in data.get("methods", {})]
         self.methods_why = {str(m).rpartition(".")[2]: str(why) for m, why in data.get("methods", {}).items()}
-        self.foreign = frozenset(str(m) for m in data.get("foreign", ()))   # modules none of whose objects is held
+        self.foreign = tuple(str(m) for m in data.get("foreign", ()))    # modules none of whose objects is held
+        self.foreign_modules: dict[str, bool] = {}          # module -> whether it is under an entry of `foreign`
         self.owned: weakref.WeakSet = weakref.WeakSet()     # the classes the learner's code made
         self.ns: dict = {}
         self.type_ = _guarded_type(self)                     # `type` as learner code sees it
@@ -265,8 +266,6 @@ class Policy:
     def foreign_home(self, value) -> str:
         """The module of FOREIGN (autograder.verdict.policy) that made `value` (a class, a function, or an instance of
         either), wherever an allowed module holds it; "" when none did."""
-        if not self.foreign:
-            return ""
         cls = type(value)
         homes = [_MODULE_OF(cls)]
         if isinstance(value, type):
@@ -274,9 +273,16 @@ class Policy:
         elif cls in _FUNCTIONS:
             homes.append(getattr(value, "__module__", None))
         for home in homes:
-            if type(home) is str and home.partition(".")[0] in self.foreign:
+            if type(home) is str and self.foreign_module(home):
                 return home
         return ""
+
+    def foreign_module(self, module: str) -> bool:
+        """Whether `module` is or is under an entry of FOREIGN."""
+        hit = self.foreign_modules.get(module)
+        if hit is None:
+            hit = self.foreign_modules[module] = _longest(module, self.foreign) >= 0
+        return hit
 
     def library_name(self, obj, name: str) -> None:
         """A name of the exercise's library versions read from one of torch's modules or classes (wherever it lives:
@@ -446,13 +452,16 @@ class Policy:
         return cls
 
     def class_namespace(self, namespace) -> None:
-        """A class body's namespace meets the policy before its class is made (and its descriptors' __set_name__ run):
-        no name of CLASS_REFUSED, no name but a plain string. Python's own view of a dict's keys, whatever a subclass
-        of dict says."""
+        """A class body's namespace meets the policy before its class is made (and its descriptors' __set_name__ and
+        its bases' __init_subclass__ run: learner code that may keep the class and stop its making before _own_class):
+        no name of CLASS_REFUSED, no name but a plain string (Python's own view of a dict's keys, whatever a subclass
+        of dict says), and the class safe from its first moment (_harden)."""
         if isinstance(namespace, dict):
-            odd = [k for k in dict.keys(namespace) if type(k) is not str or k in CLASS_REFUSED]
+            odd = [k for k, v in dict.items(namespace)
+                   if type(k) is not str or (k in CLASS_REFUSED and not _safe(k, v))]
             if odd:
                 _refuse(f"a class attribute {odd[0]!r}")
+            _harden(namespace)
 
     def foreign_metaclass(self, cls: type) -> bool:
         """Whether `cls` is a metaclass not derived from the policy's `type`: one that makes classes of any namespace
@@ -463,7 +472,7 @@ class Policy:
         if self.foreign_metaclass(cls):
             _refuse("a metaclass not derived from the policy's type")      # it would make classes of any namespace
         space = vars(cls)
-        raw = [n for n in CLASS_REFUSED.intersection(space) if space[n] is not _NO_RAW_MEMORY]
+        raw = [n for n in CLASS_REFUSED.intersection(space) if not _safe(n, space[n])]
         if raw:
             _refuse(f"a class attribute {sorted(raw)[0]}")
         # numpy asks an object for RAW_MEMORY: a class of the learner's answers nothing, whatever its instances hold
@@ -527,10 +536,13 @@ class Policy:
         if len(args) == 1 and not kwargs:
             return self.checked(type(args[0]), "type")
         if len(args) == 3 and isinstance(args[2], dict):
-            odd = [k for k in dict.keys(args[2])
-                   if type(k) is not str or (k[:2] == "__" and k not in NAMES and k not in DUNDERS)]
+            odd = [k for k, v in dict.items(args[2]) if type(k) is not str or (
+                k[:2] == "__" and k not in NAMES and k not in DUNDERS and not _safe(k, v))]
             if odd:
                 _refuse(f"a class attribute {odd[0]!r}")
+            namespace = dict(dict.items(args[2]))
+            _harden(namespace)
+            args = (args[0], args[1], namespace)
         cls = type(*args, **kwargs)
         self._own_class(cls)
         return cls
@@ -628,6 +640,35 @@ def _declared(cls, name):
             return space[name]
     return _MISSING
 _HOOKS = {"__getattr__": _without_raw_memory, "__getattribute__": _raw_memory_as_declared}
+
+
+def _sealed(hook) -> bool:
+    try:
+        return hook in _SEALED
+    except TypeError:                        # not weakly referenceable: none of the hooks made here
+        return False
+
+
+def _safe(name: str, value) -> bool:
+    """Whether `value` under `name` is what the guards themselves put in a class (a raw-memory name answering nothing,
+    an attribute hook sealed) or dataclasses' own state of a frozen class with slots (the values of its fields)."""
+    import dataclasses
+
+    return (name in RAW_MEMORY and value is _NO_RAW_MEMORY) or (name in _HOOKS and _sealed(value)) or (
+        name == "__getstate__" and value is getattr(dataclasses, "_dataclass_getstate", None))
+
+
+def _harden(namespace: dict) -> None:
+    """A class's namespace as the class must hold it from its first moment, before its making runs any learner code:
+    its raw-memory names answer nothing, its own attribute hooks are sealed (a class kept by a __set_name__ or an
+    __init_subclass__ that then stops its making never meets Policy._own_class)."""
+    for name in RAW_MEMORY:
+        dict.__setitem__(namespace, name, _NO_RAW_MEMORY)
+    for name, seal in _HOOKS.items():
+        hook = dict.get(namespace, name)
+        if hook is not None and not _sealed(hook) and not isinstance(
+                hook, (types.WrapperDescriptorType, types.MethodWrapperType)):
+            dict.__setitem__(namespace, name, seal(hook))
 
 
 def _seal(cls) -> None:

@@ -26,21 +26,26 @@ DENIED = (
     "torch.fx", "torch.export", "torch.onnx", "torch.package", "torch.hub", "torch.utils", "torch.distributed",
     "torch.multiprocessing", "torch.serialization", "torch.load", "torch.save", "torch.from_file",
     "torch.PyTorchFileReader", "torch.PyTorchFileWriter",
-    "torch.cuda.memory", "torch.cuda.reset_peak_memory_stats", "torch.cuda.empty_cache", "torch.autograd.graph",
+    "torch.cuda.memory", "torch.cuda.reset_peak_memory_stats", "torch.cuda.empty_cache",
+    "torch.cuda.caching_allocator_alloc", "torch.cuda.caching_allocator_delete", "torch.cuda.MemPool",
+    "torch.cuda.CUDAPluggableAllocator", "torch.autograd.graph",
     "torch.autograd.function",
     # torch: quantization (its own copies of the library versions: torch.ao.nn.quantizable.MultiheadAttention runs
     # none of the refused operators) and what sees every operator the process runs (a dispatch mode entered and left
     # open sees the worker's own copies of the arguments)
     "torch.ao", "torch.quantization", "torch.nn.quantized", "torch.nn.quantizable", "torch.nn.qat",
     "torch.nn.intrinsic", "torch.utils.checkpoint.TorchDispatchMode", "torch.utils.checkpoint.LoggingTensorMode",
-    "torch.utils.checkpoint.create_selective_checkpoint_contexts",
-    # numpy: loaders, raw memory, compilers
+    "torch.utils.checkpoint.create_selective_checkpoint_contexts", "torch.utils.checkpoint.capture_logs",
+    "torch.testing._internal",
+    # numpy: loaders and writers of files, raw memory, compilers
     "numpy.ctypeslib", "numpy.f2py", "numpy.distutils", "numpy.lib.format", "numpy.lib.npyio", "numpy.load",
-    "numpy.memmap", "numpy.fromfile", "numpy.lib.stride_tricks.as_strided", "numpy.testing.runstring",
-    "numpy.testing.rundocs", "numpy.testing.extbuild", "numpy.testing.measure", "numpy.testing.decorate_methods",
+    "numpy.memmap", "numpy.fromfile", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt",
+    "numpy.loadtxt", "numpy.genfromtxt", "numpy.fromregex", "numpy.lib.stride_tricks.as_strided",
+    "numpy.testing.runstring", "numpy.testing.rundocs", "numpy.testing.extbuild", "numpy.testing.measure",
+    "numpy.testing.decorate_methods",
     # matplotlib: backends imported by name
     "matplotlib.use", "matplotlib.backends", "matplotlib.pyplot.switch_backend", "matplotlib.testing",
-    "matplotlib.backend_bases.register_backend",
+    "matplotlib.backend_bases.register_backend", "matplotlib.cbook.get_sample_data",
     # matplotlib: animations run the program rcParams names (`animation.ffmpeg_path`)
     "matplotlib.animation",
     # tqdm: what is not its progress bar (the command line, its wrappers of other objects, its integrations)
@@ -59,20 +64,26 @@ DENIED = (
     "triton.runtime", "triton.compiler", "triton.backends", "triton.knobs", "triton.tools", "triton.testing",
     "triton.experimental", "triton.profiler", "triton.compile", "triton.autotune", "triton.language.core.builtin",
 )
-# Modules whose objects a course's code never needs, wherever an allowed module re-exports one (torch.xpu's names from
-# ctypes read and write any address; matplotlib.Path is pathlib's, a reader and writer of files): an object one of them
-# made (a class, a function, or an instance of either) is refused when learner code reads it or an attribute of it.
+# Modules (with everything under them) whose objects a course's code never needs, wherever an allowed module re-exports
+# one (torch.xpu's names from ctypes read and write any address; matplotlib.Path is pathlib's, a reader and writer of
+# files; torch.CompilationUnit is torch.jit's, a compiler of strings): an object one of them made (a class, a function,
+# or an instance of either) is refused when learner code reads it or an attribute of it.
 FOREIGN = ("ctypes", "_ctypes", "pathlib", "io", "_io", "os", "posix", "sys", "gc", "inspect", "importlib", "weakref",
            "_weakref", "subprocess", "socket", "_socket", "pickle", "_pickle", "marshal", "shutil", "tempfile", "mmap",
-           "signal", "threading", "_thread", "multiprocessing", "code", "codeop", "runpy", "zipimport")
+           "signal", "threading", "_thread", "multiprocessing", "code", "codeop", "runpy", "zipimport",
+           "torch.jit", "torch.overrides", "torch.utils.dlpack", "torch.testing._internal", "torch.distributed",
+           "torch.multiprocessing", "torch.fx", "torch.export", "torch.package", "torch.library", "torch.onnx",
+           "torch._dynamo", "torch.compiler", "torch.serialization", "torch.hub")
 # Classes of allowed modules whose instances read and write the attributes of an object the caller chose: learner code
 # reads and writes no attribute of theirs (autograder.inside.guard).
 PROXIES = ("tqdm.utils.ObjectWrapper", "numpy.lib.user_array.container")
 # Methods refused on every object of their class (autograder.inside.guard), with why: those that free memory a view of
 # it still uses (a storage shrunk under its tensors, an array resized without its check of references: the view then
-# reads and writes whatever the process puts there next), and a storage's loader of files (torch.from_file's).
+# reads and writes whatever the process puts there next), a storage's loader of files (torch.from_file's) and an
+# array's writers of files.
 FREES = "it frees memory a view still uses"
 METHODS = {"torch.UntypedStorage.resize_": FREES, "torch.TypedStorage.resize_": FREES, "numpy.ndarray.resize": FREES,
+           "numpy.ndarray.tofile": "it writes a file", "numpy.ndarray.dump": "it writes a file",
            "torch.UntypedStorage.from_file": "it reads a file", "torch.TypedStorage.from_file": "it reads a file"}
 # Every exercise's library versions, where a reading or a worker is not told one exercise's (the suites declare their
 # own LIBRARY).
