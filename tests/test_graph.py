@@ -52,9 +52,11 @@ STRUCTURAL = {
     "block_stream_normalised": {True: "normalises after the addition (post-LN) when norm_first=True", False: None},
     "post_ln_no_final_norm": {True: None, False: "no final LayerNorm between the last block and the head"},
 }
-# Mistakes in the arithmetic inside a LayerNorm: the network's structure is the reference's.
+# Mistakes in the arithmetic inside a part, or in what a module keeps between calls: the network's structure is the
+# reference's.
 NOT_STRUCTURAL = {"ln_unbiased_variance", "ln_eps_outside_sqrt", "ln_no_affine", "ln_eps_ignored", "ln_wrong_dim",
-                  "ff_relu_after", "block_norms_swapped", "pasted_layernorm_unbiased", "pasted_attention_unscaled"}
+                  "ff_relu_after", "block_norms_swapped", "pasted_layernorm_unbiased", "pasted_attention_unscaled",
+                  "mask_cached_by_length"}
 UNTRACEABLE = {"pasted_block_missing": "name 'TransformerBlock' is not defined"}
 
 

@@ -137,8 +137,8 @@ def _to(a, where):
 
 
 def _used(module, args, kwargs) -> None:
-    """A module called once where it was made, before the caller moves it: what it keeps of a call (a mask cached in a
-    plain attribute) must move with it too."""
+    """A module called once where and as it was made (on the device of its arguments, in float32), before the caller
+    moves it: what it keeps of a call (a mask cached in a plain attribute) must move with it too."""
     import torch
 
     with torch.no_grad():
@@ -193,7 +193,7 @@ def call_family(f, args, kwargs, family: str, last_rows: int | None = None) -> d
     if not isinstance(f, torch.nn.Module):
         raise TypeError(f"the family {family} is for modules")
     if family == "float64":
-        _used(f, args, kwargs)
+        _used(f, [_to(a, torch.float32) for a in args], {k: _to(v, torch.float32) for k, v in kwargs.items()})
         f.to(torch.float64)
         return call_twice(f, [_to(a, torch.float64) for a in args],
                           {k: _to(v, torch.float64) for k, v in kwargs.items()}, last_rows=last_rows)

@@ -144,6 +144,7 @@ class Promises:
     # one unit in its own last place, not only within the dtype's error at the answer's largest entry
     rounded_once: bool = False
     differentiable: bool = True
+    meta: bool = True                    # answers on the "meta" device (a Triton kernel needs a device's memory)
     edges: Callable[[Draw], list[Call]] | None = None
     precise: Callable[[Draw], list[Call]] | None = None
 

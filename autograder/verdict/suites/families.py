@@ -83,8 +83,8 @@ def applies(part: Part, call: Call | None, family: str) -> bool:
     module = p.module if call is None else call.ctor is not None
     tensors = p.takes != "sizes" if call is None else _tensors(call)
     floats = p.takes == "floats" if call is None else _floats(call)
-    return {"strided": tensors, "changed": True, "float64": module, "meta": module or tensors, "train": module,
-            "state_dict": module and (call is None or call.state is not None),
+    return {"strided": tensors, "changed": True, "float64": module, "meta": (module or tensors) and p.meta,
+            "train": module, "state_dict": module and (call is None or call.state is not None),
             "gradients": p.differentiable and (module or floats),
             "low precision": bool(p.low_precision) and not module and floats}[family]
 

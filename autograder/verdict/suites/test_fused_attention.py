@@ -239,10 +239,10 @@ def long_flat(d: Draw) -> list[Call]:
 
 CONTRACT = {
     "flash_attention": Part(draw_forward, _truth, _plain, slack=scores_slack,
-                            promises=Promises(low_precision=LOW, differentiable=False, edges=edges("flash_attention"),
-                                              precise=long_flat)),
+                            promises=Promises(low_precision=LOW, differentiable=False, meta=False,
+                                              edges=edges("flash_attention"), precise=long_flat)),
     "flash_attention_causal": Part(draw_causal, _truth, _plain, slack=scores_slack,
-                                   promises=Promises(low_precision=LOW, differentiable=False,
+                                   promises=Promises(low_precision=LOW, differentiable=False, meta=False,
                                                      edges=edges("flash_attention_causal"))),
 }
 DRAWN = 2                       # calls drawn per part and grading, besides the edges (each runs the kernel twice in
