@@ -194,8 +194,9 @@ def test_nothing_is_made_ready_after_the_last_learner(attacked):
 
 
 # -- the worker's pipe to the grader, written by learner code -------------------------------------------------------
-# numpy's savetxt opens any path: /proc/self/fd/N is the worker's own pipe to the grader, and the bytes it writes there
-# are a whole reply of the protocol's (here {"ok": 42}, sent before the real reply of 7).
+# numpy's savetxt opened any path: /proc/self/fd/N is the worker's own pipe to the grader, and the bytes it wrote there
+# were a whole reply of the protocol's (here {"ok": 42}, sent before the real reply of 7). The policy now refuses
+# savetxt; these workers run without the guards, so that the protocol's own defence is what is tested.
 FORGED_REPLY = r'''
 import numpy as np
 
@@ -219,7 +220,7 @@ def test_a_reply_learner_code_writes_into_the_worker_s_pipe_is_never_taken_for_t
     no guarded code holds: bytes learner code wrote into the pipe end the worker, charged to the learner."""
     from autograder.verdict.learner import Learner, WorkerDied
 
-    w = Learner([{"id": "c", "source": FORGED_REPLY}], call_timeout=20)
+    w = Learner([{"id": "c", "source": FORGED_REPLY}], call_timeout=20, guarded=False)
     try:
         assert w.cell_errors == []
         with pytest.raises(WorkerDied, match="without the worker's seal"):
@@ -250,7 +251,7 @@ def other():
 def test_a_request_learner_code_writes_into_the_worker_s_pipe_is_never_answered():
     from autograder.verdict.learner import Learner, WorkerDied
 
-    w = Learner([{"id": "c", "source": INJECTED_REQUEST}], call_timeout=20)
+    w = Learner([{"id": "c", "source": INJECTED_REQUEST}], call_timeout=20, guarded=False)
     try:
         assert w.fn("answer")() == 7
         # where fd 3 is the worker's request pipe the injected request ends it (alone, it is); where the worker was
