@@ -141,7 +141,7 @@ test-full: install $(TEST_NEEDS)
 # library ban proves, flags and notes for honest idioms and routes to a library version, and its reading time, and
 # how near correct answers come to the error a drawn call allows them (bench/results/rounding.md), the speed ratio of
 # correct code against the reference, quiet and loaded, each round's blind corpus graded (bench/results/blind.md,
-# blind-round2.md to blind-round4.md, each against its grading before the suites changed for it), one notebook, one
+# blind-round2.md to blind-round6.md, each against its grading before the suites changed for it), one notebook, one
 # score: each known mistake graded 20 times, the fused attention kernel's registers and spills at every block size
 # the notebook allows, and its time against torch's flash backend (on a CUDA device; it says it skipped without one).
 bench: install
@@ -171,6 +171,9 @@ bench: install
 	$(PY) bench/blind.py --round 5 --json bench/results/blind-round5.json
 	$(PY) bench/blind.py --report bench/results/blind-round5-before.json bench/results/blind-round5.json \
 	  > bench/results/blind-round5.md
+	$(PY) bench/blind.py --round 6 --json bench/results/blind-round6.json
+	$(PY) bench/blind.py --report bench/results/blind-round6-before.json bench/results/blind-round6.json \
+	  > bench/results/blind-round6.md
 	$(PY) bench/stability.py --gradings 20 --out bench/results/stability.md
 	$(PY) bench/fused_attention_spills.py --out bench/results/fused-attention-spills.md
 	$(PY) bench/fused_attention_speed.py --gradings 10
