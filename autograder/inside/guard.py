@@ -431,14 +431,15 @@ class Policy:
 
     def build_class(self, func, name, *bases, **kw):
         # What a base's __mro_entries__ puts in its place meets the policy as a base named in the source does:
-        # typing.Type[int] stands for Python's own `type`, a metaclass of any namespace.
-        for base in types.resolve_bases(bases):
+        # typing.Type[int] stands for Python's own `type`, a metaclass of any namespace. Resolved once: the bases
+        # checked are those the metaclass is chosen from.
+        resolved = types.resolve_bases(bases)
+        for base in resolved:
             if any(base is b for b in bases):
                 continue                                   # one the learner's code holds: it met the policy
             if isinstance(base, type) and self.foreign_metaclass(base):
                 _refuse(f"a class derived from {getattr(base, '__name__', '?')}, which makes classes of any namespace")
             self.checked(base, "a base class")
-        resolved = types.resolve_bases(bases)
         meta = kw.pop("metaclass", type(resolved[0]) if resolved else type)
         if isinstance(meta, type):                # the metaclass Python would choose: the most derived of them
             for base in resolved:
