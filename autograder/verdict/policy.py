@@ -20,12 +20,15 @@ ALLOWED = ("math", "cmath", "functools", "operator", "itertools", "types", "data
 # the process or the dispatcher (torch.ops, torch.library, torch.overrides), reset what the grader reads (the GPU
 # allocator's statistics), or make code and classes outside the class statement; and the objects of allowed modules
 # that do so.
+# torch's compilers, loaders, dispatcher, processes and test tools, as modules: none is imported (DENIED), and no object
+# of one is held where torch re-exports it (FOREIGN).
+TORCH_MACHINERY = ("torch.library", "torch.overrides", "torch.jit", "torch.compiler", "torch.fx", "torch.export",
+                   "torch.onnx", "torch.package", "torch.hub", "torch.distributed", "torch.multiprocessing",
+                   "torch.serialization", "torch.testing._internal")
 DENIED = (
     # torch: compilers, loaders, the dispatcher, processes, the allocator's statistics
-    "torch.ops", "torch.library", "torch.overrides", "torch.classes", "torch.jit", "torch.compile", "torch.compiler",
-    "torch.fx", "torch.export", "torch.onnx", "torch.package", "torch.hub", "torch.utils", "torch.distributed",
-    "torch.multiprocessing", "torch.serialization", "torch.load", "torch.save", "torch.from_file",
-    "torch.PyTorchFileReader", "torch.PyTorchFileWriter",
+    *TORCH_MACHINERY, "torch.ops", "torch.classes", "torch.compile", "torch.utils", "torch.load", "torch.save",
+    "torch.from_file", "torch.PyTorchFileReader", "torch.PyTorchFileWriter",
     "torch.cuda.memory", "torch.cuda.reset_peak_memory_stats", "torch.cuda.empty_cache",
     "torch.cuda.caching_allocator_alloc", "torch.cuda.caching_allocator_delete", "torch.cuda.MemPool",
     "torch.cuda.CUDAPluggableAllocator", "torch.autograd.graph",
@@ -36,7 +39,6 @@ DENIED = (
     "torch.ao", "torch.quantization", "torch.nn.quantized", "torch.nn.quantizable", "torch.nn.qat",
     "torch.nn.intrinsic", "torch.utils.checkpoint.TorchDispatchMode", "torch.utils.checkpoint.LoggingTensorMode",
     "torch.utils.checkpoint.create_selective_checkpoint_contexts", "torch.utils.checkpoint.capture_logs",
-    "torch.testing._internal",
     # numpy: loaders and writers of files, raw memory, compilers
     "numpy.ctypeslib", "numpy.f2py", "numpy.distutils", "numpy.lib.format", "numpy.lib.npyio", "numpy.load",
     "numpy.memmap", "numpy.fromfile", "numpy.save", "numpy.savez", "numpy.savez_compressed", "numpy.savetxt",
@@ -71,9 +73,7 @@ DENIED = (
 FOREIGN = ("ctypes", "_ctypes", "pathlib", "io", "_io", "os", "posix", "sys", "gc", "inspect", "importlib", "weakref",
            "_weakref", "subprocess", "socket", "_socket", "pickle", "_pickle", "marshal", "shutil", "tempfile", "mmap",
            "signal", "threading", "_thread", "multiprocessing", "code", "codeop", "runpy", "zipimport",
-           "torch.jit", "torch.overrides", "torch.utils.dlpack", "torch.testing._internal", "torch.distributed",
-           "torch.multiprocessing", "torch.fx", "torch.export", "torch.package", "torch.library", "torch.onnx",
-           "torch._dynamo", "torch.compiler", "torch.serialization", "torch.hub")
+           *TORCH_MACHINERY, "torch.utils.dlpack", "torch._dynamo")
 # Classes of allowed modules whose instances read and write the attributes of an object the caller chose: learner code
 # reads and writes no attribute of theirs (autograder.inside.guard).
 PROXIES = ("tqdm.utils.ObjectWrapper", "numpy.lib.user_array.container")
